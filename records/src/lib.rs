@@ -1,0 +1,1 @@
+//! tensortune-records: the SQLite records database (issue 4).

@@ -1,0 +1,1 @@
+//! tensortune-tuner: search space and search (to be built: issue 6).
