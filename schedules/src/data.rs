@@ -1,0 +1,134 @@
+//! Host-side tensor data: the values the references (and the backends' tests) read and write.
+//!
+//! An [`NdData`] is a row-major array with a shape and one of the data dtypes. Random data
+//! comes from a small seeded generator (SplitMix64) so that every reference run is repeatable
+//! without pulling a random-number crate into the schedule language.
+
+use crate::expr::DType;
+
+/// Flat storage of one dtype.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Data {
+    /// f32 values.
+    F32(Vec<f32>),
+    /// f64 values.
+    F64(Vec<f64>),
+    /// i32 values.
+    I32(Vec<i32>),
+}
+
+impl Data {
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        match self {
+            Data::F32(v) => v.len(),
+            Data::F64(v) => v.len(),
+            Data::I32(v) => v.len(),
+        }
+    }
+    /// True if empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// The dtype stored.
+    pub fn dtype(&self) -> DType {
+        match self {
+            Data::F32(_) => DType::F32,
+            Data::F64(_) => DType::F64,
+            Data::I32(_) => DType::I32,
+        }
+    }
+    /// Element `i` as f64.
+    pub fn get_f64(&self, i: usize) -> f64 {
+        match self {
+            Data::F32(v) => v[i] as f64,
+            Data::F64(v) => v[i],
+            Data::I32(v) => v[i] as f64,
+        }
+    }
+    /// `n` elements of `dtype`, all zero. `None` for dtypes that are not data types.
+    pub fn zeros(dtype: DType, n: usize) -> Option<Data> {
+        Some(match dtype {
+            DType::F32 => Data::F32(vec![0.0; n]),
+            DType::F64 => Data::F64(vec![0.0; n]),
+            DType::I32 => Data::I32(vec![0; n]),
+            DType::Bool | DType::I64 => return None,
+        })
+    }
+}
+
+/// A row-major array.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NdData {
+    /// Extent of each dimension.
+    pub shape: Vec<i64>,
+    /// `shape.iter().product()` elements.
+    pub data: Data,
+}
+
+impl NdData {
+    /// Wraps data with a shape; `None` if the element count does not match.
+    pub fn new(shape: Vec<i64>, data: Data) -> Option<NdData> {
+        let n: i64 = shape.iter().product();
+        (n as usize == data.len()).then_some(NdData { shape, data })
+    }
+
+    /// Random values from `seed`: floats uniform in [-1, 1), integers uniform in [-8, 8).
+    /// `None` for dtypes that are not data types.
+    pub fn random(shape: &[i64], dtype: DType, seed: u64) -> Option<NdData> {
+        let n: i64 = shape.iter().product();
+        let mut rng = SplitMix64(seed ^ 0x9e37_79b9_7f4a_7c15);
+        let n = n.max(0) as usize;
+        let data = match dtype {
+            DType::F32 => Data::F32((0..n).map(|_| rng.unit() as f32).collect()),
+            DType::F64 => Data::F64((0..n).map(|_| rng.unit()).collect()),
+            DType::I32 => Data::I32((0..n).map(|_| (rng.next() % 16) as i32 - 8).collect()),
+            DType::Bool | DType::I64 => return None,
+        };
+        Some(NdData {
+            shape: shape.to_vec(),
+            data,
+        })
+    }
+
+    /// Largest difference to `other`, relative to `1 + |other|` elementwise; `None` if the
+    /// shapes or dtypes differ. NaN in either side counts as infinitely far unless both are NaN.
+    pub fn max_rel_diff(&self, other: &NdData) -> Option<f64> {
+        if self.shape != other.shape || self.data.dtype() != other.data.dtype() {
+            return None;
+        }
+        let mut worst = 0.0f64;
+        for i in 0..self.data.len() {
+            let (a, b) = (self.data.get_f64(i), other.data.get_f64(i));
+            let d = if a.is_nan() && b.is_nan() {
+                0.0
+            } else if a == b {
+                0.0
+            } else if a.is_nan() || b.is_nan() || a.is_infinite() || b.is_infinite() {
+                f64::INFINITY
+            } else {
+                (a - b).abs() / (1.0 + b.abs())
+            };
+            worst = worst.max(d);
+        }
+        Some(worst)
+    }
+}
+
+/// SplitMix64: a tiny, well-mixed, seedable generator.
+pub struct SplitMix64(pub u64);
+
+impl SplitMix64 {
+    /// Next 64 random bits.
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    /// Uniform in [-1, 1).
+    pub fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
+    }
+}

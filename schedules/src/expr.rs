@@ -1,0 +1,847 @@
+//! Scalar expressions, shared by the tensor-expression layer and the loop IR.
+//!
+//! Semantics:
+//! - Every expression has one [`DType`], computed locally from its node (loads carry their
+//!   element type). Operands of a binary operator must have the same dtype: there is no
+//!   implicit promotion, and [`Expr::check`] reports a mismatch as [`TypeError`].
+//! - Loop and axis variables ([`Var`]) have the index type [`DType::I64`].
+//! - Integer `Div` and `Mod` are *floor* division and floor modulo (the divisor is positive in
+//!   every index expression lowering produces); float `Div` is IEEE division; `Mod` on floats
+//!   is a type error.
+//! - `Load` (a multi-dimensional tensor access) and `Reduce` only appear in tensor
+//!   expressions; `BufLoad` (a flat buffer access) only in lowered loop IR.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::sync::Arc;
+
+/// Element and scalar types.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum DType {
+    /// Result of comparisons and logical operators.
+    Bool,
+    /// 32-bit signed integer data.
+    I32,
+    /// 64-bit signed integer: the index type of loop and axis variables.
+    I64,
+    /// IEEE single precision.
+    F32,
+    /// IEEE double precision.
+    F64,
+}
+
+impl DType {
+    /// True for `F32` and `F64`.
+    pub fn is_float(self) -> bool {
+        matches!(self, DType::F32 | DType::F64)
+    }
+    /// True for `I32` and `I64`.
+    pub fn is_int(self) -> bool {
+        matches!(self, DType::I32 | DType::I64)
+    }
+    /// Size of one element in bytes (`Bool` counts as 1).
+    pub fn bytes(self) -> usize {
+        match self {
+            DType::Bool => 1,
+            DType::I32 | DType::F32 => 4,
+            DType::I64 | DType::F64 => 8,
+        }
+    }
+    /// Parses `f32`, `f64`, `i32`, `i64`, `bool`.
+    pub fn parse(s: &str) -> Option<DType> {
+        Some(match s {
+            "f32" | "float32" => DType::F32,
+            "f64" | "float64" => DType::F64,
+            "i32" | "int32" => DType::I32,
+            "i64" | "int64" => DType::I64,
+            "bool" => DType::Bool,
+            _ => return None,
+        })
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            DType::Bool => "bool",
+            DType::I32 => "i32",
+            DType::I64 => "i64",
+            DType::F32 => "f32",
+            DType::F64 => "f64",
+        })
+    }
+}
+
+/// A typed constant.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Const {
+    /// Boolean.
+    Bool(bool),
+    /// 32-bit integer.
+    I32(i32),
+    /// Index-typed integer.
+    I64(i64),
+    /// Single precision.
+    F32(f32),
+    /// Double precision.
+    F64(f64),
+}
+
+impl Const {
+    /// The constant's dtype.
+    pub fn dtype(self) -> DType {
+        match self {
+            Const::Bool(_) => DType::Bool,
+            Const::I32(_) => DType::I32,
+            Const::I64(_) => DType::I64,
+            Const::F32(_) => DType::F32,
+            Const::F64(_) => DType::F64,
+        }
+    }
+    /// The value as f64 (integers and bools converted).
+    pub fn as_f64(self) -> f64 {
+        match self {
+            Const::Bool(b) => b as i64 as f64,
+            Const::I32(v) => v as f64,
+            Const::I64(v) => v as f64,
+            Const::F32(v) => v as f64,
+            Const::F64(v) => v,
+        }
+    }
+    /// The zero of a dtype.
+    pub fn zero(dtype: DType) -> Const {
+        match dtype {
+            DType::Bool => Const::Bool(false),
+            DType::I32 => Const::I32(0),
+            DType::I64 => Const::I64(0),
+            DType::F32 => Const::F32(0.0),
+            DType::F64 => Const::F64(0.0),
+        }
+    }
+}
+
+/// A loop or axis variable of index type. Identity is the `id`; the name is for people.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Var {
+    /// Unique within one graph (tensor expressions) or one lowered function (loop IR).
+    pub id: u32,
+    /// Display name; not necessarily unique.
+    pub name: Arc<str>,
+}
+
+impl PartialEq for Var {
+    fn eq(&self, other: &Self) -> bool {
+        self.id == other.id
+    }
+}
+impl Eq for Var {}
+impl std::hash::Hash for Var {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.id.hash(state)
+    }
+}
+
+impl Var {
+    /// A variable with the given id and name.
+    pub fn new(id: u32, name: &str) -> Var {
+        Var {
+            id,
+            name: Arc::from(name),
+        }
+    }
+}
+
+/// A reduction axis: a variable with its extent `[0, extent)`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct IterVar {
+    /// The axis variable.
+    pub var: Var,
+    /// Number of iterations, at least 1.
+    pub extent: i64,
+}
+
+impl IterVar {
+    /// The variable as an expression.
+    pub fn expr(&self) -> Expr {
+        Expr::Var(self.var.clone())
+    }
+}
+
+/// Binary arithmetic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum BinOp {
+    /// `a + b`
+    Add,
+    /// `a - b`
+    Sub,
+    /// `a * b`
+    Mul,
+    /// Float division, or integer floor division.
+    Div,
+    /// Integer floor modulo.
+    Mod,
+    /// `min(a, b)`
+    Min,
+    /// `max(a, b)`
+    Max,
+}
+
+/// Comparisons; the result is `Bool`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum CmpOp {
+    /// `==`
+    Eq,
+    /// `!=`
+    Ne,
+    /// `<`
+    Lt,
+    /// `<=`
+    Le,
+    /// `>`
+    Gt,
+    /// `>=`
+    Ge,
+}
+
+/// Unary math intrinsics (floating point only, except `Abs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Intrinsic {
+    /// e^x
+    Exp,
+    /// natural logarithm
+    Log,
+    /// square root
+    Sqrt,
+    /// hyperbolic tangent
+    Tanh,
+    /// absolute value (floats and integers)
+    Abs,
+}
+
+impl Intrinsic {
+    /// Lower-case name, as printed.
+    pub fn name(self) -> &'static str {
+        match self {
+            Intrinsic::Exp => "exp",
+            Intrinsic::Log => "log",
+            Intrinsic::Sqrt => "sqrt",
+            Intrinsic::Tanh => "tanh",
+            Intrinsic::Abs => "abs",
+        }
+    }
+}
+
+/// Combiner of a reduction; its identity is the initial value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Combiner {
+    /// Sum, identity 0.
+    Sum,
+    /// Maximum, identity -inf (or the type's minimum for integers).
+    Max,
+    /// Minimum, identity +inf (or the type's maximum for integers).
+    Min,
+}
+
+impl Combiner {
+    /// The identity element for `dtype`.
+    pub fn identity(self, dtype: DType) -> Const {
+        match (self, dtype) {
+            (Combiner::Sum, d) => Const::zero(d),
+            (Combiner::Max, DType::F32) => Const::F32(f32::NEG_INFINITY),
+            (Combiner::Max, DType::F64) => Const::F64(f64::NEG_INFINITY),
+            (Combiner::Max, DType::I32) => Const::I32(i32::MIN),
+            (Combiner::Max, _) => Const::I64(i64::MIN),
+            (Combiner::Min, DType::F32) => Const::F32(f32::INFINITY),
+            (Combiner::Min, DType::F64) => Const::F64(f64::INFINITY),
+            (Combiner::Min, DType::I32) => Const::I32(i32::MAX),
+            (Combiner::Min, _) => Const::I64(i64::MAX),
+        }
+    }
+    /// The binary operator that folds one value into the accumulator.
+    pub fn bin_op(self) -> BinOp {
+        match self {
+            Combiner::Sum => BinOp::Add,
+            Combiner::Max => BinOp::Max,
+            Combiner::Min => BinOp::Min,
+        }
+    }
+    /// Lower-case name, as printed.
+    pub fn name(self) -> &'static str {
+        match self {
+            Combiner::Sum => "sum",
+            Combiner::Max => "max",
+            Combiner::Min => "min",
+        }
+    }
+}
+
+/// Id of a tensor (one per stage) in a [`crate::te::Graph`] or [`crate::ComputeDag`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct TensorId(pub u32);
+
+/// Id of a buffer in a [`crate::ir::LoweredFunc`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct BufId(pub u32);
+
+/// A scalar expression.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Expr {
+    /// A constant.
+    Const(Const),
+    /// An index variable.
+    Var(Var),
+    /// Binary arithmetic on operands of one dtype.
+    Bin(BinOp, Box<Expr>, Box<Expr>),
+    /// Comparison of operands of one dtype.
+    Cmp(CmpOp, Box<Expr>, Box<Expr>),
+    /// Logical and of two `Bool`s.
+    And(Box<Expr>, Box<Expr>),
+    /// Logical or of two `Bool`s.
+    Or(Box<Expr>, Box<Expr>),
+    /// Logical negation.
+    Not(Box<Expr>),
+    /// `cond ? then : else`; both branches of one dtype.
+    Select(Box<Expr>, Box<Expr>, Box<Expr>),
+    /// Conversion to a dtype (float to int truncates toward zero).
+    Cast(DType, Box<Expr>),
+    /// Unary math intrinsic.
+    Call(Intrinsic, Box<Expr>),
+    /// Tensor element access (tensor expressions only).
+    Load {
+        /// The tensor read.
+        tensor: TensorId,
+        /// Its element type.
+        dtype: DType,
+        /// One index per dimension.
+        indices: Vec<Expr>,
+    },
+    /// Flat buffer access (loop IR only).
+    BufLoad {
+        /// The buffer read.
+        buf: BufId,
+        /// Its element type.
+        dtype: DType,
+        /// Element offset.
+        index: Box<Expr>,
+    },
+    /// Reduction over axes (tensor expressions only; must be a stage's whole body).
+    Reduce {
+        /// How values are combined.
+        combiner: Combiner,
+        /// The value reduced, a function of the axes.
+        source: Box<Expr>,
+        /// The reduction axes.
+        axes: Vec<IterVar>,
+    },
+}
+
+/// A dtype mismatch or misuse found by [`Expr::check`].
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[error("type error in `{expr}`: {message}")]
+pub struct TypeError {
+    /// The offending sub-expression, printed.
+    pub expr: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl Expr {
+    /// An index (i64) constant.
+    pub fn int(v: i64) -> Expr {
+        Expr::Const(Const::I64(v))
+    }
+    /// An f32 constant.
+    pub fn f32(v: f32) -> Expr {
+        Expr::Const(Const::F32(v))
+    }
+    /// An f64 constant.
+    pub fn f64(v: f64) -> Expr {
+        Expr::Const(Const::F64(v))
+    }
+    /// An i32 constant.
+    pub fn i32(v: i32) -> Expr {
+        Expr::Const(Const::I32(v))
+    }
+    /// A variable reference.
+    pub fn var(v: &Var) -> Expr {
+        Expr::Var(v.clone())
+    }
+    /// The constant integer value, if this is an integer constant.
+    pub fn as_int(&self) -> Option<i64> {
+        match self {
+            Expr::Const(Const::I64(v)) => Some(*v),
+            Expr::Const(Const::I32(v)) => Some(*v as i64),
+            _ => None,
+        }
+    }
+    /// Builds `op(a, b)`.
+    pub fn bin(op: BinOp, a: Expr, b: Expr) -> Expr {
+        Expr::Bin(op, Box::new(a), Box::new(b))
+    }
+    /// Builds `op(a, b)` for a comparison.
+    pub fn cmp(op: CmpOp, a: Expr, b: Expr) -> Expr {
+        Expr::Cmp(op, Box::new(a), Box::new(b))
+    }
+    /// `self < other`
+    pub fn lt(self, other: impl Into<Expr>) -> Expr {
+        Expr::cmp(CmpOp::Lt, self, other.into())
+    }
+    /// `self <= other`
+    pub fn le(self, other: impl Into<Expr>) -> Expr {
+        Expr::cmp(CmpOp::Le, self, other.into())
+    }
+    /// `self > other`
+    pub fn gt(self, other: impl Into<Expr>) -> Expr {
+        Expr::cmp(CmpOp::Gt, self, other.into())
+    }
+    /// `self >= other`
+    pub fn ge(self, other: impl Into<Expr>) -> Expr {
+        Expr::cmp(CmpOp::Ge, self, other.into())
+    }
+    /// `self == other`
+    pub fn eq_(self, other: impl Into<Expr>) -> Expr {
+        Expr::cmp(CmpOp::Eq, self, other.into())
+    }
+    /// `self != other`
+    pub fn ne_(self, other: impl Into<Expr>) -> Expr {
+        Expr::cmp(CmpOp::Ne, self, other.into())
+    }
+    /// Logical and.
+    pub fn and(self, other: Expr) -> Expr {
+        Expr::And(Box::new(self), Box::new(other))
+    }
+    /// Logical or.
+    pub fn or(self, other: Expr) -> Expr {
+        Expr::Or(Box::new(self), Box::new(other))
+    }
+    /// Conversion to `dtype`.
+    pub fn cast(self, dtype: DType) -> Expr {
+        Expr::Cast(dtype, Box::new(self))
+    }
+    /// Floor division.
+    pub fn floordiv(self, other: impl Into<Expr>) -> Expr {
+        Expr::bin(BinOp::Div, self, other.into())
+    }
+    /// Floor modulo.
+    pub fn floormod(self, other: impl Into<Expr>) -> Expr {
+        Expr::bin(BinOp::Mod, self, other.into())
+    }
+
+    /// The dtype of the expression, computed from its node without checking operands.
+    pub fn dtype(&self) -> DType {
+        match self {
+            Expr::Const(c) => c.dtype(),
+            Expr::Var(_) => DType::I64,
+            Expr::Bin(_, a, _) => a.dtype(),
+            Expr::Cmp(..) | Expr::And(..) | Expr::Or(..) | Expr::Not(_) => DType::Bool,
+            Expr::Select(_, t, _) => t.dtype(),
+            Expr::Cast(d, _) => *d,
+            Expr::Call(_, a) => a.dtype(),
+            Expr::Load { dtype, .. } | Expr::BufLoad { dtype, .. } => *dtype,
+            Expr::Reduce { source, .. } => source.dtype(),
+        }
+    }
+
+    /// Checks dtypes throughout: operands agree, conditions are `Bool`, indices are integers,
+    /// `Mod` is integer-only, math intrinsics other than `abs` take floats.
+    pub fn check(&self) -> Result<DType, TypeError> {
+        let err = |e: &Expr, m: String| TypeError {
+            expr: e.to_string(),
+            message: m,
+        };
+        match self {
+            Expr::Const(c) => Ok(c.dtype()),
+            Expr::Var(_) => Ok(DType::I64),
+            Expr::Bin(op, a, b) => {
+                let (ta, tb) = (a.check()?, b.check()?);
+                if ta != tb {
+                    return Err(err(self, format!("operands are {ta} and {tb}; cast one")));
+                }
+                if ta == DType::Bool {
+                    return Err(err(self, "arithmetic on bool".into()));
+                }
+                if *op == BinOp::Mod && ta.is_float() {
+                    return Err(err(self, "modulo of floats".into()));
+                }
+                Ok(ta)
+            }
+            Expr::Cmp(_, a, b) => {
+                let (ta, tb) = (a.check()?, b.check()?);
+                if ta != tb {
+                    return Err(err(self, format!("compared values are {ta} and {tb}")));
+                }
+                Ok(DType::Bool)
+            }
+            Expr::And(a, b) | Expr::Or(a, b) => {
+                for x in [a, b] {
+                    if x.check()? != DType::Bool {
+                        return Err(err(self, "logical operand is not bool".into()));
+                    }
+                }
+                Ok(DType::Bool)
+            }
+            Expr::Not(a) => {
+                if a.check()? != DType::Bool {
+                    return Err(err(self, "negated value is not bool".into()));
+                }
+                Ok(DType::Bool)
+            }
+            Expr::Select(c, t, f) => {
+                if c.check()? != DType::Bool {
+                    return Err(err(self, "select condition is not bool".into()));
+                }
+                let (tt, tf) = (t.check()?, f.check()?);
+                if tt != tf {
+                    return Err(err(self, format!("select branches are {tt} and {tf}")));
+                }
+                Ok(tt)
+            }
+            Expr::Cast(d, a) => {
+                a.check()?;
+                Ok(*d)
+            }
+            Expr::Call(f, a) => {
+                let t = a.check()?;
+                if *f != Intrinsic::Abs && !t.is_float() {
+                    return Err(err(self, format!("{} of {t}", f.name())));
+                }
+                if t == DType::Bool {
+                    return Err(err(self, "abs of bool".into()));
+                }
+                Ok(t)
+            }
+            Expr::Load { dtype, indices, .. } => {
+                for i in indices {
+                    if !i.check()?.is_int() {
+                        return Err(err(self, "tensor index is not an integer".into()));
+                    }
+                }
+                Ok(*dtype)
+            }
+            Expr::BufLoad { dtype, index, .. } => {
+                if !index.check()?.is_int() {
+                    return Err(err(self, "buffer index is not an integer".into()));
+                }
+                Ok(*dtype)
+            }
+            Expr::Reduce { source, .. } => source.check(),
+        }
+    }
+
+    /// Calls `f` on every sub-expression, parents before children.
+    pub fn visit(&self, f: &mut impl FnMut(&Expr)) {
+        f(self);
+        match self {
+            Expr::Const(_) | Expr::Var(_) => {}
+            Expr::Bin(_, a, b) | Expr::Cmp(_, a, b) | Expr::And(a, b) | Expr::Or(a, b) => {
+                a.visit(f);
+                b.visit(f);
+            }
+            Expr::Not(a) | Expr::Cast(_, a) | Expr::Call(_, a) => a.visit(f),
+            Expr::Select(c, t, e) => {
+                c.visit(f);
+                t.visit(f);
+                e.visit(f);
+            }
+            Expr::Load { indices, .. } => indices.iter().for_each(|i| i.visit(f)),
+            Expr::BufLoad { index, .. } => index.visit(f),
+            Expr::Reduce { source, .. } => source.visit(f),
+        }
+    }
+
+    /// Rebuilds the expression bottom-up: `f` sees each node after its children were rebuilt
+    /// and returns `Some(replacement)` or `None` to keep the node.
+    pub fn rewrite(&self, f: &mut dyn FnMut(&Expr) -> Option<Expr>) -> Expr {
+        fn b(e: &Expr, f: &mut dyn FnMut(&Expr) -> Option<Expr>) -> Box<Expr> {
+            Box::new(e.rewrite(f))
+        }
+        let rebuilt = match self {
+            Expr::Const(_) | Expr::Var(_) => self.clone(),
+            Expr::Bin(op, x, y) => Expr::Bin(*op, b(x, f), b(y, f)),
+            Expr::Cmp(op, x, y) => Expr::Cmp(*op, b(x, f), b(y, f)),
+            Expr::And(x, y) => Expr::And(b(x, f), b(y, f)),
+            Expr::Or(x, y) => Expr::Or(b(x, f), b(y, f)),
+            Expr::Not(x) => Expr::Not(b(x, f)),
+            Expr::Cast(d, x) => Expr::Cast(*d, b(x, f)),
+            Expr::Call(c, x) => Expr::Call(*c, b(x, f)),
+            Expr::Select(c, t, e) => Expr::Select(b(c, f), b(t, f), b(e, f)),
+            Expr::Load {
+                tensor,
+                dtype,
+                indices,
+            } => Expr::Load {
+                tensor: *tensor,
+                dtype: *dtype,
+                indices: indices.iter().map(|i| i.rewrite(f)).collect(),
+            },
+            Expr::BufLoad { buf, dtype, index } => Expr::BufLoad {
+                buf: *buf,
+                dtype: *dtype,
+                index: b(index, f),
+            },
+            Expr::Reduce {
+                combiner,
+                source,
+                axes,
+            } => Expr::Reduce {
+                combiner: *combiner,
+                source: b(source, f),
+                axes: axes.clone(),
+            },
+        };
+        f(&rebuilt).unwrap_or(rebuilt)
+    }
+
+    /// Replaces variables by expressions (`map` gives the replacement of a var id).
+    pub fn substitute(&self, map: &impl Fn(&Var) -> Option<Expr>) -> Expr {
+        self.rewrite(&mut |e| match e {
+            Expr::Var(v) => map(v),
+            _ => None,
+        })
+    }
+
+    /// True if the variable occurs in the expression.
+    pub fn uses_var(&self, id: u32) -> bool {
+        let mut found = false;
+        self.visit(&mut |e| {
+            if let Expr::Var(v) = e {
+                found |= v.id == id;
+            }
+        });
+        found
+    }
+}
+
+impl From<i64> for Expr {
+    fn from(v: i64) -> Expr {
+        Expr::int(v)
+    }
+}
+impl From<i32> for Expr {
+    fn from(v: i32) -> Expr {
+        Expr::i32(v)
+    }
+}
+impl From<f32> for Expr {
+    fn from(v: f32) -> Expr {
+        Expr::f32(v)
+    }
+}
+impl From<f64> for Expr {
+    fn from(v: f64) -> Expr {
+        Expr::f64(v)
+    }
+}
+impl From<&Var> for Expr {
+    fn from(v: &Var) -> Expr {
+        Expr::Var(v.clone())
+    }
+}
+impl From<&Expr> for Expr {
+    fn from(v: &Expr) -> Expr {
+        v.clone()
+    }
+}
+impl From<&IterVar> for Expr {
+    fn from(v: &IterVar) -> Expr {
+        v.expr()
+    }
+}
+
+macro_rules! impl_bin {
+    ($tr:ident, $m:ident, $op:expr) => {
+        impl<T: Into<Expr>> std::ops::$tr<T> for Expr {
+            type Output = Expr;
+            fn $m(self, rhs: T) -> Expr {
+                Expr::bin($op, self, rhs.into())
+            }
+        }
+        impl<T: Into<Expr>> std::ops::$tr<T> for &Expr {
+            type Output = Expr;
+            fn $m(self, rhs: T) -> Expr {
+                Expr::bin($op, self.clone(), rhs.into())
+            }
+        }
+    };
+}
+impl_bin!(Add, add, BinOp::Add);
+impl_bin!(Sub, sub, BinOp::Sub);
+impl_bin!(Mul, mul, BinOp::Mul);
+impl_bin!(Div, div, BinOp::Div);
+
+impl std::ops::Neg for Expr {
+    type Output = Expr;
+    fn neg(self) -> Expr {
+        let zero = Expr::Const(Const::zero(self.dtype()));
+        Expr::bin(BinOp::Sub, zero, self)
+    }
+}
+
+/// `cond ? t : f`
+pub fn select(cond: Expr, t: impl Into<Expr>, f: impl Into<Expr>) -> Expr {
+    Expr::Select(Box::new(cond), Box::new(t.into()), Box::new(f.into()))
+}
+/// Elementwise maximum of two values of one dtype.
+pub fn max(a: impl Into<Expr>, b: impl Into<Expr>) -> Expr {
+    Expr::bin(BinOp::Max, a.into(), b.into())
+}
+/// Elementwise minimum of two values of one dtype.
+pub fn min(a: impl Into<Expr>, b: impl Into<Expr>) -> Expr {
+    Expr::bin(BinOp::Min, a.into(), b.into())
+}
+/// e^x
+pub fn exp(x: impl Into<Expr>) -> Expr {
+    Expr::Call(Intrinsic::Exp, Box::new(x.into()))
+}
+/// Natural logarithm.
+pub fn log(x: impl Into<Expr>) -> Expr {
+    Expr::Call(Intrinsic::Log, Box::new(x.into()))
+}
+/// Square root.
+pub fn sqrt(x: impl Into<Expr>) -> Expr {
+    Expr::Call(Intrinsic::Sqrt, Box::new(x.into()))
+}
+/// Hyperbolic tangent.
+pub fn tanh(x: impl Into<Expr>) -> Expr {
+    Expr::Call(Intrinsic::Tanh, Box::new(x.into()))
+}
+/// Absolute value.
+pub fn abs(x: impl Into<Expr>) -> Expr {
+    Expr::Call(Intrinsic::Abs, Box::new(x.into()))
+}
+
+fn reduce(combiner: Combiner, source: Expr, axes: &[IterVar]) -> Expr {
+    Expr::Reduce {
+        combiner,
+        source: Box::new(source),
+        axes: axes.to_vec(),
+    }
+}
+/// Sum of `source` over `axes`, starting from 0.
+pub fn sum(source: impl Into<Expr>, axes: &[IterVar]) -> Expr {
+    reduce(Combiner::Sum, source.into(), axes)
+}
+/// Maximum of `source` over `axes`, starting from -inf.
+pub fn max_reduce(source: impl Into<Expr>, axes: &[IterVar]) -> Expr {
+    reduce(Combiner::Max, source.into(), axes)
+}
+/// Minimum of `source` over `axes`, starting from +inf.
+pub fn min_reduce(source: impl Into<Expr>, axes: &[IterVar]) -> Expr {
+    reduce(Combiner::Min, source.into(), axes)
+}
+
+fn prec(e: &Expr) -> u8 {
+    match e {
+        Expr::Or(..) => 1,
+        Expr::And(..) => 2,
+        Expr::Cmp(..) => 3,
+        Expr::Bin(BinOp::Add | BinOp::Sub, ..) => 4,
+        Expr::Bin(BinOp::Mul | BinOp::Div | BinOp::Mod, ..) => 5,
+        _ => 9,
+    }
+}
+
+fn fmt_operand(f: &mut fmt::Formatter<'_>, e: &Expr, min_prec: u8) -> fmt::Result {
+    if prec(e) < min_prec {
+        write!(f, "({e})")
+    } else {
+        write!(f, "{e}")
+    }
+}
+
+impl fmt::Display for Const {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Const::Bool(b) => write!(f, "{b}"),
+            Const::I32(v) => write!(f, "{v}i32"),
+            Const::I64(v) => write!(f, "{v}"),
+            Const::F32(v) => write!(f, "{v:?}f"),
+            Const::F64(v) => write!(f, "{v:?}"),
+        }
+    }
+}
+
+impl fmt::Display for Expr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Expr::Const(c) => write!(f, "{c}"),
+            Expr::Var(v) => write!(f, "{}", v.name),
+            Expr::Bin(op @ (BinOp::Min | BinOp::Max), a, b) => {
+                let n = if *op == BinOp::Min { "min" } else { "max" };
+                write!(f, "{n}({a}, {b})")
+            }
+            Expr::Bin(op, a, b) => {
+                let p = prec(self);
+                let s = match op {
+                    BinOp::Add => "+",
+                    BinOp::Sub => "-",
+                    BinOp::Mul => "*",
+                    BinOp::Div => "/",
+                    BinOp::Mod => "%",
+                    BinOp::Min | BinOp::Max => unreachable!("handled above"),
+                };
+                fmt_operand(f, a, p)?;
+                write!(f, " {s} ")?;
+                // Right operands of non-commutative ops need parentheses at equal precedence.
+                fmt_operand(f, b, p + 1)
+            }
+            Expr::Cmp(op, a, b) => {
+                let s = match op {
+                    CmpOp::Eq => "==",
+                    CmpOp::Ne => "!=",
+                    CmpOp::Lt => "<",
+                    CmpOp::Le => "<=",
+                    CmpOp::Gt => ">",
+                    CmpOp::Ge => ">=",
+                };
+                fmt_operand(f, a, 4)?;
+                write!(f, " {s} ")?;
+                fmt_operand(f, b, 4)
+            }
+            Expr::And(a, b) => {
+                fmt_operand(f, a, 2)?;
+                write!(f, " && ")?;
+                fmt_operand(f, b, 3)
+            }
+            Expr::Or(a, b) => {
+                fmt_operand(f, a, 1)?;
+                write!(f, " || ")?;
+                fmt_operand(f, b, 2)
+            }
+            Expr::Not(a) => {
+                write!(f, "!")?;
+                fmt_operand(f, a, 9)
+            }
+            Expr::Select(c, t, e) => write!(f, "select({c}, {t}, {e})"),
+            Expr::Cast(d, a) => write!(f, "{d}({a})"),
+            Expr::Call(c, a) => write!(f, "{}({a})", c.name()),
+            Expr::Load {
+                tensor, indices, ..
+            } => {
+                write!(f, "T{}[", tensor.0)?;
+                for (i, x) in indices.iter().enumerate() {
+                    if i > 0 {
+                        write!(f, ", ")?;
+                    }
+                    write!(f, "{x}")?;
+                }
+                write!(f, "]")
+            }
+            Expr::BufLoad { buf, index, .. } => write!(f, "b{}[{index}]", buf.0),
+            Expr::Reduce {
+                combiner,
+                source,
+                axes,
+            } => {
+                write!(f, "{}({source}, axes=[", combiner.name())?;
+                for (i, a) in axes.iter().enumerate() {
+                    if i > 0 {
+                        write!(f, ", ")?;
+                    }
+                    write!(f, "{}:{}", a.var.name, a.extent)?;
+                }
+                write!(f, "])")
+            }
+        }
+    }
+}

@@ -1,0 +1,344 @@
+//! The loop IR that lowering produces and every backend consumes.
+//!
+//! Semantics and invariants (checked by [`crate::verify`]):
+//! - A [`Stmt::For`] runs its variable over `[0, extent)` with a constant `extent >= 1`; its
+//!   [`ForKind`] says how a backend may run the iterations. `Parallel` and `ThreadBound`
+//!   iterations are independent; `Vectorized` loops are innermost in their nest (their body
+//!   holds no `For`, `Allocate` or `Sync`), and `extent` is the lane count.
+//! - Buffers are flat arrays of one dtype, declared once in [`LoweredFunc::buffers`]. Inputs
+//!   and outputs are the function's parameters in [`LoweredFunc::params`] order; every other
+//!   buffer is introduced by exactly one [`Stmt::Allocate`], is live only inside its body, and
+//!   starts uninitialized.
+//! - Every index of a `Store` or `BufLoad` lies in `[0, size)` of its buffer for every
+//!   iteration that reaches it (guards make this so for non-divisible splits).
+//! - Loop variables are numbered densely `0..num_vars` within one function, and each is bound
+//!   by exactly one `For`.
+
+use crate::expr::{BufId, DType, Expr, Var};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// GPU thread axes a loop can be bound to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ThreadAxis {
+    /// blockIdx.x
+    BlockX,
+    /// blockIdx.y
+    BlockY,
+    /// blockIdx.z
+    BlockZ,
+    /// threadIdx.x
+    ThreadX,
+    /// threadIdx.y
+    ThreadY,
+    /// threadIdx.z
+    ThreadZ,
+    /// A virtual thread: a serial loop that the GPU backend interleaves.
+    VThread,
+}
+
+impl ThreadAxis {
+    /// CUDA spelling, e.g. `blockIdx.x`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ThreadAxis::BlockX => "blockIdx.x",
+            ThreadAxis::BlockY => "blockIdx.y",
+            ThreadAxis::BlockZ => "blockIdx.z",
+            ThreadAxis::ThreadX => "threadIdx.x",
+            ThreadAxis::ThreadY => "threadIdx.y",
+            ThreadAxis::ThreadZ => "threadIdx.z",
+            ThreadAxis::VThread => "vthread",
+        }
+    }
+    /// Parses the CUDA spelling.
+    pub fn parse(s: &str) -> Option<ThreadAxis> {
+        Some(match s {
+            "blockIdx.x" => ThreadAxis::BlockX,
+            "blockIdx.y" => ThreadAxis::BlockY,
+            "blockIdx.z" => ThreadAxis::BlockZ,
+            "threadIdx.x" => ThreadAxis::ThreadX,
+            "threadIdx.y" => ThreadAxis::ThreadY,
+            "threadIdx.z" => ThreadAxis::ThreadZ,
+            "vthread" => ThreadAxis::VThread,
+            _ => return None,
+        })
+    }
+}
+
+/// How a loop's iterations are run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ForKind {
+    /// In order, one at a time.
+    Serial,
+    /// Spread over the runtime's worker threads.
+    Parallel,
+    /// As SIMD lanes.
+    Vectorized,
+    /// Fully unrolled into copies of the body.
+    Unrolled,
+    /// Bound to a GPU thread axis.
+    ThreadBound(ThreadAxis),
+}
+
+/// Memory scope of a buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Scope {
+    /// Main memory (CPU heap, GPU global memory).
+    Global,
+    /// Per-thread storage (CPU stack or registers, GPU registers).
+    Local,
+    /// GPU shared memory (CPU: like local).
+    Shared,
+}
+
+impl Scope {
+    /// Lower-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scope::Global => "global",
+            Scope::Local => "local",
+            Scope::Shared => "shared",
+        }
+    }
+}
+
+/// What a buffer is to the function.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BufKind {
+    /// The n-th input (placeholder), in the op's input order.
+    Input(usize),
+    /// The n-th output.
+    Output(usize),
+    /// An intermediate introduced by an `Allocate`.
+    Temp,
+}
+
+/// A buffer of the function.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BufferDecl {
+    /// The tensor's name (for intermediates attached under a loop, the stage's name).
+    pub name: String,
+    /// Element type.
+    pub dtype: DType,
+    /// Logical shape of the region held, row-major; the flat size is the product.
+    pub shape: Vec<i64>,
+    /// Memory scope.
+    pub scope: Scope,
+    /// Parameter or temporary.
+    pub kind: BufKind,
+}
+
+impl BufferDecl {
+    /// Number of elements.
+    pub fn size(&self) -> i64 {
+        self.shape.iter().product()
+    }
+}
+
+/// A statement of the loop IR.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Stmt {
+    /// `for var in 0..extent`.
+    For {
+        /// The loop variable, bound by this loop.
+        var: Var,
+        /// Constant trip count, at least 1.
+        extent: i64,
+        /// How iterations run.
+        kind: ForKind,
+        /// The loop body.
+        body: Box<Stmt>,
+    },
+    /// `buf[index] = value`.
+    Store {
+        /// Buffer written.
+        buf: BufId,
+        /// Element offset.
+        index: Expr,
+        /// Value stored, of the buffer's dtype.
+        value: Expr,
+    },
+    /// Makes a temporary buffer live for the body.
+    Allocate {
+        /// The buffer (declared in the function's table with its size and scope).
+        buf: BufId,
+        /// Where it is live.
+        body: Box<Stmt>,
+    },
+    /// Conditional.
+    If {
+        /// A `Bool` expression.
+        cond: Expr,
+        /// Run when true.
+        then: Box<Stmt>,
+        /// Run when false.
+        otherwise: Option<Box<Stmt>>,
+    },
+    /// Statements in order.
+    Seq(Vec<Stmt>),
+    /// A barrier among the threads of a GPU block (`__syncthreads`); a no-op on the CPU.
+    Sync,
+}
+
+/// One lowered kernel.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LoweredFunc {
+    /// Function name (a C identifier).
+    pub name: String,
+    /// Every buffer, indexed by [`BufId`].
+    pub buffers: Vec<BufferDecl>,
+    /// Parameters: the inputs in the op's order, then the outputs.
+    pub params: Vec<BufId>,
+    /// The body.
+    pub body: Stmt,
+    /// Loop variables have ids `0..num_vars`.
+    pub num_vars: u32,
+}
+
+impl LoweredFunc {
+    /// The declaration of a buffer.
+    pub fn buffer(&self, id: BufId) -> &BufferDecl {
+        &self.buffers[id.0 as usize]
+    }
+}
+
+impl Stmt {
+    /// Calls `f` on every statement, parents first.
+    pub fn visit(&self, f: &mut impl FnMut(&Stmt)) {
+        f(self);
+        match self {
+            Stmt::For { body, .. } | Stmt::Allocate { body, .. } => body.visit(f),
+            Stmt::If {
+                then, otherwise, ..
+            } => {
+                then.visit(f);
+                if let Some(o) = otherwise {
+                    o.visit(f);
+                }
+            }
+            Stmt::Seq(v) => v.iter().for_each(|s| s.visit(f)),
+            Stmt::Store { .. } | Stmt::Sync => {}
+        }
+    }
+
+    /// A sequence, flattened: nested `Seq`s are spliced and a single statement is returned as
+    /// itself.
+    pub fn seq(stmts: Vec<Stmt>) -> Stmt {
+        let mut out = Vec::with_capacity(stmts.len());
+        for s in stmts {
+            match s {
+                Stmt::Seq(inner) => out.extend(inner),
+                s => out.push(s),
+            }
+        }
+        if out.len() == 1 {
+            out.pop().unwrap_or(Stmt::Seq(Vec::new()))
+        } else {
+            Stmt::Seq(out)
+        }
+    }
+}
+
+/// Prints a statement with the function's buffer names.
+struct StmtPrinter<'a> {
+    func: &'a LoweredFunc,
+}
+
+impl StmtPrinter<'_> {
+    fn expr(&self, e: &Expr) -> String {
+        named_expr(e, self.func)
+    }
+
+    fn stmt(&self, s: &Stmt, depth: usize, out: &mut String) {
+        let pad = "  ".repeat(depth);
+        match s {
+            Stmt::For {
+                var,
+                extent,
+                kind,
+                body,
+            } => {
+                let k = match kind {
+                    ForKind::Serial => String::new(),
+                    ForKind::Parallel => "parallel ".into(),
+                    ForKind::Vectorized => "vectorized ".into(),
+                    ForKind::Unrolled => "unrolled ".into(),
+                    ForKind::ThreadBound(t) => format!("{} ", t.name()),
+                };
+                out.push_str(&format!("{pad}{k}for {} in 0..{extent}:\n", var.name));
+                self.stmt(body, depth + 1, out);
+            }
+            Stmt::Store { buf, index, value } => {
+                out.push_str(&format!(
+                    "{pad}{}[{}] = {}\n",
+                    self.func.buffer(*buf).name,
+                    self.expr(index),
+                    self.expr(value)
+                ));
+            }
+            Stmt::Allocate { buf, body } => {
+                let b = self.func.buffer(*buf);
+                let shape: Vec<String> = b.shape.iter().map(|d| d.to_string()).collect();
+                out.push_str(&format!(
+                    "{pad}allocate {}: {}[{}] {}\n",
+                    b.name,
+                    b.dtype,
+                    shape.join(", "),
+                    b.scope.name()
+                ));
+                self.stmt(body, depth, out);
+            }
+            Stmt::If {
+                cond,
+                then,
+                otherwise,
+            } => {
+                out.push_str(&format!("{pad}if {}:\n", self.expr(cond)));
+                self.stmt(then, depth + 1, out);
+                if let Some(o) = otherwise {
+                    out.push_str(&format!("{pad}else:\n"));
+                    self.stmt(o, depth + 1, out);
+                }
+            }
+            Stmt::Seq(v) => v.iter().for_each(|s| self.stmt(s, depth, out)),
+            Stmt::Sync => out.push_str(&format!("{pad}sync_threads()\n")),
+        }
+    }
+}
+
+/// Prints an expression with buffer loads shown by buffer name, e.g. `A[i * 16 + k]`.
+pub fn named_expr(e: &Expr, func: &LoweredFunc) -> String {
+    // The rewrite is bottom-up, so a load's index is already renamed when the load is seen;
+    // each load becomes a variable named after the access and the generic printer keeps its
+    // precedence rules. The placeholder ids are never resolved.
+    e.rewrite(&mut |x| match x {
+        Expr::BufLoad { buf, index, .. } => {
+            let name = func
+                .buffers
+                .get(buf.0 as usize)
+                .map(|b| b.name.as_str())
+                .unwrap_or("?");
+            Some(Expr::Var(Var::new(u32::MAX, &format!("{name}[{index}]"))))
+        }
+        _ => None,
+    })
+    .to_string()
+}
+
+impl fmt::Display for LoweredFunc {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let params: Vec<String> = self
+            .params
+            .iter()
+            .map(|p| {
+                let b = self.buffer(*p);
+                let shape: Vec<String> = b.shape.iter().map(|d| d.to_string()).collect();
+                format!("{}: {}[{}]", b.name, b.dtype, shape.join(", "))
+            })
+            .collect();
+        writeln!(f, "func {}({}):", self.name, params.join(", "))?;
+        let mut out = String::new();
+        StmtPrinter { func: self }.stmt(&self.body, 1, &mut out);
+        f.write_str(&out)
+    }
+}
