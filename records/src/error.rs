@@ -1,0 +1,239 @@
+//! Errors of the records database.
+//!
+//! Every error that concerns a file names that file; every error that concerns a line of a
+//! JSON-lines file names the file and the 1-based line. [`RecordsError::is_user_error`] tells
+//! a front end whether the person at the keyboard can fix it (a wrong path, a bad file) or
+//! whether something inside failed (SQLite, the disk).
+
+use std::fmt;
+use std::path::PathBuf;
+
+use crate::validate::ValidationError;
+
+/// Result alias used throughout the crate.
+pub type Result<T, E = RecordsError> = std::result::Result<T, E>;
+
+/// What went wrong while opening, reading or writing a records database.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordsError {
+    /// The database file does not exist and the caller asked not to create it.
+    #[error("{}: no such records database", path.display())]
+    Missing {
+        /// The path that was asked for.
+        path: PathBuf,
+    },
+    /// The file exists but is not a SQLite database at all.
+    #[error("{}: not a SQLite database", path.display())]
+    NotADatabase {
+        /// The offending file.
+        path: PathBuf,
+    },
+    /// The file is SQLite but damaged (for example truncated).
+    #[error("{}: the database is corrupt: {message}", path.display())]
+    Corrupt {
+        /// The offending file.
+        path: PathBuf,
+        /// SQLite's description of the damage.
+        message: String,
+    },
+    /// The file is a SQLite database that some other program owns.
+    #[error(
+        "{}: a SQLite database, but not a tensortune records database ({reason})",
+        path.display()
+    )]
+    Foreign {
+        /// The offending file.
+        path: PathBuf,
+        /// Why it was not recognized.
+        reason: String,
+    },
+    /// The database was written by a newer tensortune whose schema this build does not know.
+    #[error(
+        "{}: records schema version {found} is newer than the newest this tensortune \
+         understands ({supported}); use a newer tensortune",
+        path.display()
+    )]
+    NewerSchema {
+        /// The offending file.
+        path: PathBuf,
+        /// `PRAGMA user_version` of the file.
+        found: u32,
+        /// The newest version this build can read and write.
+        supported: u32,
+    },
+    /// The file system does not support WAL mode (needed for crash safety and concurrent
+    /// writers), e.g. some network file systems.
+    #[error(
+        "{}: cannot use WAL mode here (journal mode stays {mode}); keep the database on a \
+         local file system",
+        path.display()
+    )]
+    NoWal {
+        /// The database file.
+        path: PathBuf,
+        /// The journal mode SQLite kept.
+        mode: String,
+    },
+    /// SQLite refused an operation for a reason other than the ones above.
+    #[error("{}: {source}", path.display())]
+    Sqlite {
+        /// The database file.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: rusqlite::Error,
+    },
+    /// Reading or writing a file other than the database failed.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file being read or written.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A record handed to [`crate::Database::insert_batch`] is malformed; nothing of the batch
+    /// was written.
+    #[error("record {index} of the batch is invalid: {reason}")]
+    InvalidRecord {
+        /// 0-based position in the batch.
+        index: usize,
+        /// What is wrong with it.
+        reason: InvalidReason,
+    },
+    /// A run id that this database does not hold.
+    #[error("{}: no run with id {run}", path.display())]
+    UnknownRun {
+        /// The database file.
+        path: PathBuf,
+        /// The id that was asked for.
+        run: i64,
+    },
+    /// A strict import found bad lines and imported nothing.
+    #[error("{}", StrictRejection(errors))]
+    ImportRejected {
+        /// Every bad line, in file order.
+        errors: Vec<LineError>,
+    },
+    /// `merge` was asked to merge a database into itself.
+    #[error("{}: cannot merge a database into itself", path.display())]
+    MergeIntoSelf {
+        /// The database named twice.
+        path: PathBuf,
+    },
+}
+
+impl RecordsError {
+    /// True when the cause lies in what the user gave (a path, a file, a flag) rather than in
+    /// the program or the machine; front ends exit with a usage status for these.
+    pub fn is_user_error(&self) -> bool {
+        match self {
+            RecordsError::Missing { .. }
+            | RecordsError::NotADatabase { .. }
+            | RecordsError::Corrupt { .. }
+            | RecordsError::Foreign { .. }
+            | RecordsError::NewerSchema { .. }
+            | RecordsError::ImportRejected { .. }
+            | RecordsError::MergeIntoSelf { .. }
+            | RecordsError::NoWal { .. } => true,
+            RecordsError::Io { source, .. } => matches!(
+                source.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied
+            ),
+            RecordsError::Sqlite { .. }
+            | RecordsError::InvalidRecord { .. }
+            | RecordsError::UnknownRun { .. } => false,
+        }
+    }
+}
+
+/// Renders the list of a strict import's bad lines, one per line.
+struct StrictRejection<'a>(&'a [LineError]);
+
+impl fmt::Display for StrictRejection<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "strict import rejected {} bad line(s), imported nothing",
+            self.0.len()
+        )?;
+        for error in self.0 {
+            write!(f, "\n  {error}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Why a record is not acceptable, whether it came from a caller or from a file.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum InvalidReason {
+    /// The workload key is empty or has no `NAME:` prefix.
+    #[error("workload key {0:?} is not of the form NAME:KEY=VALUE,...")]
+    BadWorkloadKey(String),
+    /// The target key is empty.
+    #[error("the target key is empty")]
+    EmptyTarget,
+    /// The trace text is not JSON.
+    #[error("the trace is not valid JSON: {0}")]
+    TraceNotJson(String),
+    /// A timing is negative, not finite, or out of order (`min <= median <= max`).
+    #[error("bad timing: {0}")]
+    BadTiming(String),
+    /// FLOPs are negative or not finite.
+    #[error("bad flops {0}")]
+    BadFlops(f64),
+}
+
+/// One rejected line of a JSON-lines file.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{}:{line}: {kind}", path.display())]
+pub struct LineError {
+    /// The file (or the name given for a stream).
+    pub path: PathBuf,
+    /// 1-based line number.
+    pub line: usize,
+    /// What is wrong with the line.
+    pub kind: LineErrorKind,
+}
+
+/// What is wrong with one line of a JSON-lines file.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum LineErrorKind {
+    /// The line is not UTF-8.
+    #[error("the line is not UTF-8 text")]
+    NotUtf8,
+    /// The line is not a JSON object of the record format (includes truncated lines).
+    #[error("malformed record line: {0}")]
+    Malformed(String),
+    /// The line names a format this build does not read.
+    #[error("unsupported record format {found:?} (this build reads {expected:?})")]
+    UnsupportedFormat {
+        /// The `format` field of the line.
+        found: String,
+        /// The format this build reads.
+        expected: &'static str,
+    },
+    /// Neither or both of `result` and `error` are present.
+    #[error("a record has exactly one of \"result\" and \"error\"")]
+    OutcomeAmbiguous,
+    /// `trace_hash` does not match the trace (a hand edit or a damaged file).
+    #[error(
+        "trace_hash {found} does not match the trace (expected {expected}); \
+         to keep an edited trace, remove its trace_hash"
+    )]
+    HashMismatch {
+        /// The hash written in the line.
+        found: String,
+        /// The hash of the trace in the line.
+        expected: String,
+    },
+    /// A timestamp is not `YYYY-MM-DDTHH:MM:SS[.mmm]Z`.
+    #[error("bad timestamp {0:?} (expected YYYY-MM-DDTHH:MM:SS.mmmZ)")]
+    BadTimestamp(String),
+    /// The record's fields are out of range.
+    #[error(transparent)]
+    Invalid(#[from] InvalidReason),
+    /// The validator rejected the workload or the trace.
+    #[error(transparent)]
+    Validation(#[from] ValidationError),
+}
