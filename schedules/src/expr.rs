@@ -8,6 +8,9 @@
 //! - Integer `Div` and `Mod` are *floor* division and floor modulo (the divisor is positive in
 //!   every index expression lowering produces); float `Div` is IEEE division; `Mod` on floats
 //!   is a type error.
+//! - `Select` evaluates only the chosen branch: the other branch may hold a load that would be
+//!   out of bounds (zero padding is written this way), so a backend must not evaluate both
+//!   branches' loads unguarded.
 //! - `Load` (a multi-dimensional tensor access) and `Reduce` only appear in tensor
 //!   expressions; `BufLoad` (a flat buffer access) only in lowered loop IR.
 
@@ -617,9 +620,12 @@ impl From<i64> for Expr {
         Expr::int(v)
     }
 }
+/// Rust integer literals default to `i32`, and in tensor expressions they are almost always
+/// index arithmetic (`i + 1`, `h - pad`), so an `i32` converts to an *index* (i64) constant.
+/// Write `Expr::i32(v)` for a constant of the i32 data type.
 impl From<i32> for Expr {
     fn from(v: i32) -> Expr {
-        Expr::i32(v)
+        Expr::int(v as i64)
     }
 }
 impl From<f32> for Expr {

@@ -1,10 +1,25 @@
 //! tensortune-schedules: the schedule language.
 //!
-//! It owns what is computed and how it is scheduled, up to a loop nest any backend can walk:
+//! It owns what is computed and how it is scheduled, down to a loop nest any backend can walk:
 //! - [`expr`]: scalar expressions shared by every layer, with strict dtypes;
-//! - [`ir`]: the loop IR and its printer.
+//! - [`te`] and [`dag`]: tensor expressions and the validated compute DAG;
+//! - [`ops`]: the op library and workload specs;
+//! - [`ir`]: the loop IR and its printer;
+//! - [`data`]: host tensors for the references.
+pub mod dag;
 pub mod data;
 pub mod expr;
 pub mod ir;
+pub mod ops;
+pub mod te;
 
+pub use dag::{ComputeDag, DagError};
 pub use expr::{BufId, Combiner, Const, DType, Expr, IterVar, TensorId, Var};
+pub mod eval;
+pub mod interp;
+pub mod lower;
+pub mod scalar;
+pub mod schedule;
+pub mod simplify;
+pub mod trace;
+pub mod verify;

@@ -1,0 +1,580 @@
+//! Lowering: a schedule [`State`] to a [`LoweredFunc`] of the loop IR.
+//!
+//! The pipeline, in order:
+//! 1. `inline`: substitute inlined stages into their consumers (effective bodies);
+//! 2. `buffers`: one buffer per materialized stage: inputs and outputs are parameters, root
+//!    intermediates are global temporaries of their full shape, attached stages get a
+//!    temporary of their region's shape allocated inside the loop they are attached to;
+//! 3. `emit`: each root stage's loop nest, outer to inner, with attached stages emitted at the
+//!    top of their loop's body after bound inference ([`bound`]) has sized their region; a
+//!    reduction initializes its accumulator just outside its outermost reduce loop;
+//! 4. `simplify`: canonical index forms, provably true guards removed, unit loops removed;
+//! 5. `verify` (see [`crate::verify`]).
+//!
+//! Set `LowerOptions::dump` to get the IR after each pass.
+
+pub mod bound;
+
+use crate::expr::{BufId, Expr, IterVar, TensorId, Var};
+use crate::ir::{BufKind, BufferDecl, ForKind, LoweredFunc, Scope, Stmt};
+use crate::schedule::{derive_extents, root_values, IterId, IterKind, Location, State};
+use crate::simplify::{substitute_stmt, Simplifier};
+use crate::te::OpKind;
+use crate::trace::Annotation;
+use bound::{infer_region, DimRegion};
+use std::collections::HashMap;
+
+/// Why a state does not lower.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum LowerError {
+    /// A vectorized loop that is not innermost in its nest.
+    #[error("stage `{stage}`, loop `{iter}`: a vectorized loop must be innermost with nothing computed inside it")]
+    VectorNotInnermost {
+        /// The stage.
+        stage: String,
+        /// The loop.
+        iter: String,
+    },
+    /// A stage attached somewhere that does not enclose all its uses.
+    #[error("`{stage}` is computed inside `{target}` but read by `{reader}` too")]
+    AttachedElsewhere {
+        /// The attached stage.
+        stage: String,
+        /// Where it is attached.
+        target: String,
+        /// Another reader.
+        reader: String,
+    },
+    /// A stage that is never emitted (attached to an inlined stage, or a dangling location).
+    #[error("`{stage}` is never computed: {why}")]
+    NotEmitted {
+        /// The stage.
+        stage: String,
+        /// Why.
+        why: String,
+    },
+    /// The lowered IR breaks an invariant (a bug in lowering).
+    #[error("lowered IR is invalid: {0}")]
+    Verify(String),
+}
+
+/// Options of [`lower_with`].
+#[derive(Clone, Debug, Default)]
+pub struct LowerOptions {
+    /// Function name (default `kernel`).
+    pub name: Option<String>,
+    /// Receives `(pass name, IR text)` after each pass.
+    pub dump: Option<fn(&str, &str)>,
+}
+
+/// Lowers a state with default options.
+pub fn lower(state: &State) -> Result<LoweredFunc, LowerError> {
+    lower_with(state, &LowerOptions::default())
+}
+
+/// Lowers a state.
+pub fn lower_with(state: &State, opts: &LowerOptions) -> Result<LoweredFunc, LowerError> {
+    let mut l = Lowerer::new(state);
+    l.inline();
+    l.buffers();
+    let body = l.emit()?;
+    let mut func = LoweredFunc {
+        name: opts.name.clone().unwrap_or_else(|| "kernel".into()),
+        buffers: l.bufs,
+        params: l.params,
+        body,
+        num_vars: l.next_var,
+    };
+    if let Some(d) = opts.dump {
+        d("emit", &func.to_string());
+    }
+    func.body = Simplifier::default().stmt(&func.body);
+    if let Some(d) = opts.dump {
+        d("simplify", &func.to_string());
+    }
+    crate::verify::verify(&func).map_err(LowerError::Verify)?;
+    Ok(func)
+}
+
+struct Lowerer<'a> {
+    state: &'a State,
+    pos: HashMap<TensorId, usize>,
+    /// Effective body per stage position (inlined producers substituted).
+    eff: Vec<Option<Expr>>,
+    bufs: Vec<BufferDecl>,
+    params: Vec<BufId>,
+    buf_of: HashMap<TensorId, BufId>,
+    regions: HashMap<TensorId, Vec<DimRegion>>,
+    emitted: Vec<bool>,
+    next_var: u32,
+}
+
+impl<'a> Lowerer<'a> {
+    fn new(state: &'a State) -> Self {
+        let pos = state
+            .stages()
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.tensor, i))
+            .collect();
+        Lowerer {
+            state,
+            pos,
+            eff: Vec::new(),
+            bufs: Vec::new(),
+            params: Vec::new(),
+            buf_of: HashMap::new(),
+            regions: HashMap::new(),
+            emitted: vec![false; state.stages().len()],
+            next_var: 0,
+        }
+    }
+
+    fn fresh(&mut self, name: &str) -> Var {
+        let v = Var::new(self.next_var, name);
+        self.next_var += 1;
+        v
+    }
+
+    /// Pass 1: effective bodies, in topological order so producers are done first.
+    fn inline(&mut self) {
+        let stages = self.state.stages();
+        let mut eff: Vec<Option<Expr>> = Vec::with_capacity(stages.len());
+        for s in stages {
+            let body = s.op.compute().map(|(_, b)| {
+                b.rewrite(&mut |e| match e {
+                    Expr::Load {
+                        tensor, indices, ..
+                    } => {
+                        let p = *self.pos.get(tensor)?;
+                        let prod = &stages[p];
+                        if prod.location != Location::Inlined {
+                            return None;
+                        }
+                        let (axes, _) = prod.op.compute()?;
+                        let pbody = eff.get(p)?.as_ref()?;
+                        let map: HashMap<u32, Expr> = axes
+                            .iter()
+                            .zip(indices)
+                            .map(|(a, i)| (a.var.id, i.clone()))
+                            .collect();
+                        Some(pbody.substitute(&|v| map.get(&v.id).cloned()))
+                    }
+                    _ => None,
+                })
+            });
+            eff.push(body);
+        }
+        self.eff = eff;
+    }
+
+    /// Pass 2: buffers (attached stages get their shapes when their region is known).
+    fn buffers(&mut self) {
+        let st = self.state;
+        let add = |l: &mut Self, t: TensorId, kind: BufKind| {
+            let s = &st.stages()[l.pos[&t]];
+            let id = BufId(l.bufs.len() as u32);
+            l.bufs.push(BufferDecl {
+                name: s.name().to_string(),
+                dtype: s.op.dtype,
+                shape: s.op.shape.clone(),
+                scope: if matches!(kind, BufKind::Temp) {
+                    s.scope
+                } else {
+                    Scope::Global
+                },
+                kind,
+            });
+            l.buf_of.insert(t, id);
+            id
+        };
+        for (n, &t) in st.inputs().iter().enumerate() {
+            let id = add(self, t, BufKind::Input(n));
+            self.params.push(id);
+        }
+        for (n, &t) in st.outputs().iter().enumerate() {
+            let id = add(self, t, BufKind::Output(n));
+            self.params.push(id);
+        }
+        for s in st.stages() {
+            if s.is_placeholder()
+                || s.location == Location::Inlined
+                || self.buf_of.contains_key(&s.tensor)
+            {
+                continue;
+            }
+            add(self, s.tensor, BufKind::Temp);
+        }
+    }
+
+    /// Pass 3: the loop nests.
+    fn emit(&mut self) -> Result<Stmt, LowerError> {
+        let st = self.state;
+        let mut nests = Vec::new();
+        let mut global_temps = Vec::new();
+        for (p, s) in st.stages().iter().enumerate() {
+            if s.is_placeholder() || s.location != Location::Root {
+                continue;
+            }
+            nests.push(self.emit_stage(p)?);
+            if !st.is_output(s.tensor) {
+                global_temps.push(self.buf_of[&s.tensor]);
+            }
+        }
+        for (p, s) in st.stages().iter().enumerate() {
+            if !s.is_placeholder() && s.location != Location::Inlined && !self.emitted[p] {
+                let why = match s.location {
+                    Location::At { tensor, .. } => match self.pos.get(&tensor) {
+                        Some(&t) => format!(
+                            "it is attached to `{}`, which is not emitted",
+                            st.stages()[t].name()
+                        ),
+                        None => "it is attached to a stage that does not exist".into(),
+                    },
+                    _ => "unknown".into(),
+                };
+                return Err(LowerError::NotEmitted {
+                    stage: s.name().to_string(),
+                    why,
+                });
+            }
+        }
+        let mut body = Stmt::seq(nests);
+        for b in global_temps.into_iter().rev() {
+            body = Stmt::Allocate {
+                buf: b,
+                body: Box::new(body),
+            };
+        }
+        Ok(body)
+    }
+
+    fn flat_index(&self, t: TensorId, indices: &[Expr]) -> Expr {
+        let shape = &self.state.stages()[self.pos[&t]].op.shape;
+        let region = self.regions.get(&t);
+        let mut flat: Option<Expr> = None;
+        for (d, idx) in indices.iter().enumerate() {
+            let (i, n) = match region {
+                Some(r) if !r[d].full => (idx.clone() - r[d].base.clone(), r[d].extent),
+                Some(r) => (idx.clone(), r[d].extent),
+                None => (idx.clone(), shape[d]),
+            };
+            flat = Some(match flat {
+                None => i,
+                Some(f) => f * n + i,
+            });
+        }
+        flat.unwrap_or_else(|| Expr::int(0))
+    }
+
+    fn to_buf_loads(&self, e: &Expr) -> Expr {
+        e.rewrite(&mut |x| match x {
+            Expr::Load {
+                tensor,
+                dtype,
+                indices,
+            } => Some(Expr::BufLoad {
+                buf: *self.buf_of.get(tensor)?,
+                dtype: *dtype,
+                index: Box::new(self.flat_index(*tensor, indices)),
+            }),
+            _ => None,
+        })
+    }
+
+    fn emit_stage(&mut self, p: usize) -> Result<Stmt, LowerError> {
+        let st = self.state;
+        let s = &st.stages()[p];
+        self.emitted[p] = true;
+        let (axes, _) =
+            s.op.compute()
+                .ok_or_else(|| LowerError::Verify("placeholder emitted".into()))?;
+        let raxes = s.op.reduce_axes();
+        let nsp = axes.len();
+        let region = self.regions.get(&s.tensor).cloned();
+        // Root extents: the region inside a compute_at, else the whole domain.
+        let mut roots: Vec<i64> = match &region {
+            Some(r) => r.iter().map(|d| d.extent).collect(),
+            None => s.op.shape.clone(),
+        };
+        roots.extend(raxes.iter().map(|a| a.extent));
+        let ext = derive_extents(s, &roots);
+        let leaf_vars: Vec<(IterId, IterVar)> = s
+            .leaves
+            .iter()
+            .map(|&l| {
+                let v = self.fresh(&s.iter(l).name);
+                (
+                    l,
+                    IterVar {
+                        var: v,
+                        extent: ext[l.0 as usize],
+                    },
+                )
+            })
+            .collect();
+        let (vals, mut preds) = root_values(&ext, &s.relations, &leaf_vars);
+        let local: Vec<Expr> = (0..nsp + raxes.len())
+            .map(|r| vals[r].clone().unwrap_or_else(|| Expr::int(0)))
+            .collect();
+        // Absolute axis values; a region's tile may stick out of the domain: guard it.
+        let mut axis_val: Vec<Expr> = local.clone();
+        if let Some(r) = &region {
+            for d in 0..nsp {
+                if !r[d].full {
+                    let v = r[d].base.clone() + local[d].clone();
+                    preds.push(v.clone().lt(s.op.shape[d]));
+                    preds.push(v.clone().ge(0i64));
+                    axis_val[d] = v;
+                }
+            }
+        }
+        let mut map: HashMap<u32, Expr> = HashMap::new();
+        for (d, a) in axes.iter().enumerate() {
+            map.insert(a.var.id, axis_val[d].clone());
+        }
+        for (r, a) in raxes.iter().enumerate() {
+            map.insert(a.var.id, axis_val[nsp + r].clone());
+        }
+        let body = self.eff[p]
+            .as_ref()
+            .ok_or_else(|| LowerError::Verify(format!("no body for `{}`", s.name())))?
+            .substitute(&|v| map.get(&v.id).cloned());
+
+        // Stages attached to this one, per leaf position; size their regions now, before this
+        // stage's loads are flattened against them.
+        let mut attached: Vec<Vec<usize>> = vec![Vec::new(); s.leaves.len()];
+        for (q, other) in st.stages().iter().enumerate() {
+            let Location::At { tensor, iter } = other.location else {
+                continue;
+            };
+            if tensor != s.tensor {
+                continue;
+            }
+            let Some(lp) = s.leaves.iter().position(|&l| l == iter) else {
+                return Err(LowerError::NotEmitted {
+                    stage: other.name().to_string(),
+                    why: format!("its loop in `{}` is no longer a loop", s.name()),
+                });
+            };
+            for c in st.effective_consumers(other.tensor) {
+                if c != s.tensor {
+                    let reader = self.pos.get(&c).map(|&i| st.stages()[i].name().to_string());
+                    return Err(LowerError::AttachedElsewhere {
+                        stage: other.name().to_string(),
+                        target: s.name().to_string(),
+                        reader: reader.unwrap_or_default(),
+                    });
+                }
+            }
+            let inner: HashMap<u32, i64> = leaf_vars[lp + 1..]
+                .iter()
+                .map(|(_, v)| (v.var.id, v.extent))
+                .collect();
+            let mut accesses = Vec::new();
+            body.visit(&mut |e| {
+                if let Expr::Load {
+                    tensor, indices, ..
+                } = e
+                {
+                    if *tensor == other.tensor {
+                        accesses.push(indices.clone());
+                    }
+                }
+            });
+            let reg = infer_region(&other.op.shape, &accesses, &inner);
+            let b = self.buf_of[&other.tensor];
+            self.bufs[b.0 as usize].shape = reg.iter().map(|r| r.extent).collect();
+            self.regions.insert(other.tensor, reg);
+            attached[lp].push(q);
+        }
+
+        let buf = self.buf_of[&s.tensor];
+        let store_index = {
+            let idx: Vec<Expr> = match &region {
+                Some(_) => local[..nsp].to_vec(),
+                None => axis_val[..nsp].to_vec(),
+            };
+            let shape: Vec<i64> = self.bufs[buf.0 as usize].shape.clone();
+            let mut flat: Option<Expr> = None;
+            for (d, i) in idx.into_iter().enumerate() {
+                flat = Some(match flat {
+                    None => i,
+                    Some(f) => f * shape[d] + i,
+                });
+            }
+            flat.unwrap_or_else(|| Expr::int(0))
+        };
+        let reduce_vars: Vec<u32> = leaf_vars
+            .iter()
+            .filter(|(l, _)| s.iter(*l).kind == IterKind::Reduce)
+            .map(|(_, v)| v.var.id)
+            .collect();
+        let guard = |ps: Vec<Expr>, stmt: Stmt| match ps.into_iter().reduce(Expr::and) {
+            Some(c) => Stmt::If {
+                cond: c,
+                then: Box::new(stmt),
+                otherwise: None,
+            },
+            None => stmt,
+        };
+        let (init, update) = match &body {
+            Expr::Reduce {
+                combiner, source, ..
+            } => {
+                let acc = Expr::BufLoad {
+                    buf,
+                    dtype: s.op.dtype,
+                    index: Box::new(store_index.clone()),
+                };
+                let value = Expr::bin(combiner.bin_op(), acc, self.to_buf_loads(source));
+                let spatial_preds: Vec<Expr> = preds
+                    .iter()
+                    .filter(|e| !reduce_vars.iter().any(|&v| e.uses_var(v)))
+                    .cloned()
+                    .collect();
+                let init = Stmt::Store {
+                    buf,
+                    index: store_index.clone(),
+                    value: Expr::Const(combiner.identity(s.op.dtype)),
+                };
+                let update = Stmt::Store {
+                    buf,
+                    index: store_index,
+                    value,
+                };
+                (Some(guard(spatial_preds, init)), guard(preds, update))
+            }
+            b => {
+                let store = Stmt::Store {
+                    buf,
+                    index: store_index,
+                    value: self.to_buf_loads(b),
+                };
+                (None, guard(preds, store))
+            }
+        };
+
+        // Loop kinds, with the auto-unroll pragma resolved.
+        let n = s.leaves.len();
+        let mut kinds = Vec::with_capacity(n);
+        let pragma = s
+            .auto_unroll
+            .and_then(|(id, m)| s.leaves.iter().position(|&l| l == id).map(|q| (q, m)));
+        for (q, (l, v)) in leaf_vars.iter().enumerate() {
+            let it = s.iter(*l);
+            let kind = match it.annotation {
+                Some(Annotation::Vectorize) => {
+                    if q + 1 != n || !attached[q].is_empty() {
+                        return Err(LowerError::VectorNotInnermost {
+                            stage: s.name().to_string(),
+                            iter: it.name.clone(),
+                        });
+                    }
+                    ForKind::Vectorized
+                }
+                Some(Annotation::Unroll) => ForKind::Unrolled,
+                Some(Annotation::Parallel) => ForKind::Parallel,
+                Some(Annotation::Bind(t)) => ForKind::ThreadBound(t),
+                None => match pragma {
+                    Some((q0, m)) if q >= q0 && m > 0 => {
+                        let steps: i64 = leaf_vars[q..].iter().map(|(_, v)| v.extent).product();
+                        if steps <= m as i64 {
+                            ForKind::Unrolled
+                        } else {
+                            ForKind::Serial
+                        }
+                    }
+                    _ => ForKind::Serial,
+                },
+            };
+            let _ = v;
+            kinds.push(kind);
+        }
+        let first_reduce = leaf_vars
+            .iter()
+            .position(|(l, _)| s.iter(*l).kind == IterKind::Reduce);
+        let nest = NestCtx {
+            leaf_vars: &leaf_vars,
+            kinds: &kinds,
+            attached: &attached,
+            first_reduce,
+            init,
+            update,
+            is_reduce: &leaf_vars
+                .iter()
+                .map(|(l, _)| s.iter(*l).kind == IterKind::Reduce)
+                .collect::<Vec<_>>(),
+        };
+        self.nest(&nest, 0, false)
+    }
+
+    fn nest(&mut self, c: &NestCtx, q: usize, main: bool) -> Result<Stmt, LowerError> {
+        if Some(q) == c.first_reduce && !main {
+            let init = match &c.init {
+                Some(i) => {
+                    // The init nest binds its own copies of the spatial loop variables.
+                    let mut s = i.clone();
+                    for r in (q..c.leaf_vars.len()).rev() {
+                        if c.is_reduce[r] {
+                            continue;
+                        }
+                        let old = &c.leaf_vars[r].1.var;
+                        let v = self.fresh(&old.name);
+                        s = substitute_stmt(&s, old.id, &Expr::Var(v.clone()));
+                        s = Stmt::For {
+                            var: v,
+                            extent: c.leaf_vars[r].1.extent,
+                            kind: c.kinds[r],
+                            body: Box::new(s),
+                        };
+                    }
+                    s
+                }
+                None => Stmt::Seq(Vec::new()),
+            };
+            let main_nest = self.nest(c, q, true)?;
+            return Ok(Stmt::seq(vec![init, main_nest]));
+        }
+        if q == c.leaf_vars.len() {
+            return Ok(c.update.clone());
+        }
+        let mut inner = vec![];
+        let mut allocs = vec![];
+        for &a in &c.attached[q] {
+            inner.push(self.emit_stage(a)?);
+            allocs.push(self.buf_of[&self.state.stages()[a].tensor]);
+        }
+        inner.push(self.nest(c, q + 1, main)?);
+        let mut body = Stmt::seq(inner);
+        for b in allocs.into_iter().rev() {
+            body = Stmt::Allocate {
+                buf: b,
+                body: Box::new(body),
+            };
+        }
+        Ok(Stmt::For {
+            var: c.leaf_vars[q].1.var.clone(),
+            extent: c.leaf_vars[q].1.extent,
+            kind: c.kinds[q],
+            body: Box::new(body),
+        })
+    }
+}
+
+struct NestCtx<'a> {
+    leaf_vars: &'a [(IterId, IterVar)],
+    kinds: &'a [ForKind],
+    attached: &'a [Vec<usize>],
+    first_reduce: Option<usize>,
+    init: Option<Stmt>,
+    update: Stmt,
+    is_reduce: &'a Vec<bool>,
+}
+
+impl OpKind {
+    /// True for a placeholder.
+    pub fn is_placeholder(&self) -> bool {
+        matches!(self, OpKind::Placeholder)
+    }
+}

@@ -1,0 +1,551 @@
+//! The simplifier: constant folding and canonical affine index forms, aware of loop ranges.
+//!
+//! Index (i64) expressions are brought to a sum of `coefficient * atom` plus a constant, where
+//! an atom is a variable or a sub-expression that is not affine (a floor division or modulo
+//! that cannot be resolved, a min or max). Terms keep the order in which they first appear, so
+//! the printed form is stable for a given input. With the ranges of the enclosing loop
+//! variables it also:
+//! - resolves `(c*q + r) / c` to `q` and `(c*q + r) % c` to `r` when `0 <= r < c`;
+//! - decides comparisons whose two sides have disjoint ranges (guards removed where provably
+//!   true, branches removed where provably false);
+//! - removes loops of extent 1 (their variable is 0).
+//!
+//! Float expressions are only constant-folded: no reassociation, so results do not change.
+
+use crate::expr::{BinOp, CmpOp, Const, DType, Expr};
+use crate::ir::Stmt;
+use std::collections::HashMap;
+
+/// Inclusive integer ranges of variables, by id.
+#[derive(Clone, Debug, Default)]
+pub struct Ranges {
+    map: HashMap<u32, (i64, i64)>,
+}
+
+impl Ranges {
+    /// No known ranges.
+    pub fn new() -> Ranges {
+        Ranges::default()
+    }
+    /// Declares `lo <= var <= hi`.
+    pub fn set(&mut self, var: u32, lo: i64, hi: i64) {
+        self.map.insert(var, (lo, hi));
+    }
+    /// Forgets a variable.
+    pub fn remove(&mut self, var: u32) {
+        self.map.remove(&var);
+    }
+    fn get(&self, var: u32) -> Option<(i64, i64)> {
+        self.map.get(&var).copied()
+    }
+}
+
+/// `sum(coef * atom) + constant`.
+#[derive(Clone, Debug, PartialEq)]
+struct Lin {
+    terms: Vec<(Expr, i64)>,
+    c: i64,
+}
+
+impl Lin {
+    fn constant(c: i64) -> Lin {
+        Lin {
+            terms: Vec::new(),
+            c,
+        }
+    }
+    fn atom(e: Expr) -> Lin {
+        Lin {
+            terms: vec![(e, 1)],
+            c: 0,
+        }
+    }
+    fn add(mut self, other: Lin, sign: i64) -> Lin {
+        self.c = self.c.wrapping_add(other.c.wrapping_mul(sign));
+        for (a, k) in other.terms {
+            match self.terms.iter_mut().find(|(b, _)| *b == a) {
+                Some(t) => t.1 = t.1.wrapping_add(k.wrapping_mul(sign)),
+                None => self.terms.push((a, k.wrapping_mul(sign))),
+            }
+        }
+        self.terms.retain(|(_, k)| *k != 0);
+        self
+    }
+    fn scale(mut self, f: i64) -> Lin {
+        if f == 0 {
+            return Lin::constant(0);
+        }
+        self.c = self.c.wrapping_mul(f);
+        for t in &mut self.terms {
+            t.1 = t.1.wrapping_mul(f);
+        }
+        self
+    }
+    fn as_const(&self) -> Option<i64> {
+        self.terms.is_empty().then_some(self.c)
+    }
+    fn to_expr(&self) -> Expr {
+        let mut out: Option<Expr> = None;
+        for (a, k) in &self.terms {
+            let mag = k.abs();
+            let term = if mag == 1 { a.clone() } else { a.clone() * mag };
+            out = Some(match out {
+                None if *k < 0 => Expr::bin(BinOp::Sub, Expr::int(0), term),
+                None => term,
+                Some(acc) if *k < 0 => acc - term,
+                Some(acc) => acc + term,
+            });
+        }
+        match out {
+            None => Expr::int(self.c),
+            Some(e) if self.c > 0 => e + self.c,
+            Some(e) if self.c < 0 => e - (-self.c),
+            Some(e) => e,
+        }
+    }
+}
+
+/// The simplifier, with the ranges of variables in scope.
+pub struct Simplifier {
+    /// Ranges of the variables in scope.
+    pub ranges: Ranges,
+}
+
+impl Default for Simplifier {
+    fn default() -> Self {
+        Simplifier::new(Ranges::new())
+    }
+}
+
+impl Simplifier {
+    /// A simplifier with known ranges.
+    pub fn new(ranges: Ranges) -> Simplifier {
+        Simplifier { ranges }
+    }
+
+    /// Simplifies an expression.
+    pub fn expr(&self, e: &Expr) -> Expr {
+        if e.dtype() == DType::I64 {
+            return self.lin(e).to_expr();
+        }
+        match e {
+            Expr::Cmp(op, a, b) => self.cmp(*op, a, b),
+            Expr::And(a, b) => match (self.expr(a), self.expr(b)) {
+                (Expr::Const(Const::Bool(false)), _) | (_, Expr::Const(Const::Bool(false))) => {
+                    Expr::Const(Const::Bool(false))
+                }
+                (Expr::Const(Const::Bool(true)), x) | (x, Expr::Const(Const::Bool(true))) => x,
+                (x, y) => x.and(y),
+            },
+            Expr::Or(a, b) => match (self.expr(a), self.expr(b)) {
+                (Expr::Const(Const::Bool(true)), _) | (_, Expr::Const(Const::Bool(true))) => {
+                    Expr::Const(Const::Bool(true))
+                }
+                (Expr::Const(Const::Bool(false)), x) | (x, Expr::Const(Const::Bool(false))) => x,
+                (x, y) => x.or(y),
+            },
+            Expr::Not(a) => match self.expr(a) {
+                Expr::Const(Const::Bool(b)) => Expr::Const(Const::Bool(!b)),
+                x => Expr::Not(Box::new(x)),
+            },
+            Expr::Select(c, t, f) => match self.expr(c) {
+                Expr::Const(Const::Bool(true)) => self.expr(t),
+                Expr::Const(Const::Bool(false)) => self.expr(f),
+                c => crate::expr::select(c, self.expr(t), self.expr(f)),
+            },
+            Expr::Bin(op, a, b) => {
+                let (x, y) = (self.expr(a), self.expr(b));
+                if let (Expr::Const(p), Expr::Const(q)) = (&x, &y) {
+                    if let Some(v) = fold(*op, *p, *q) {
+                        return Expr::Const(v);
+                    }
+                }
+                Expr::bin(*op, x, y)
+            }
+            Expr::Cast(d, a) => {
+                let x = self.expr(a);
+                match (&x, d) {
+                    (Expr::Const(Const::I64(v)), DType::I32) if i32::try_from(*v).is_ok() => {
+                        Expr::Const(Const::I32(*v as i32))
+                    }
+                    (Expr::Const(Const::I64(v)), DType::F32) => Expr::Const(Const::F32(*v as f32)),
+                    (Expr::Const(Const::I64(v)), DType::F64) => Expr::Const(Const::F64(*v as f64)),
+                    _ if x.dtype() == *d => x,
+                    _ => x.cast(*d),
+                }
+            }
+            Expr::Call(f, a) => Expr::Call(*f, Box::new(self.expr(a))),
+            Expr::Load {
+                tensor,
+                dtype,
+                indices,
+            } => Expr::Load {
+                tensor: *tensor,
+                dtype: *dtype,
+                indices: indices.iter().map(|i| self.expr(i)).collect(),
+            },
+            Expr::BufLoad { buf, dtype, index } => Expr::BufLoad {
+                buf: *buf,
+                dtype: *dtype,
+                index: Box::new(self.expr(index)),
+            },
+            Expr::Reduce { .. } | Expr::Const(_) | Expr::Var(_) => e.clone(),
+        }
+    }
+
+    fn cmp(&self, op: CmpOp, a: &Expr, b: &Expr) -> Expr {
+        if a.dtype() != DType::I64 {
+            let (x, y) = (self.expr(a), self.expr(b));
+            if let (Expr::Const(p), Expr::Const(q)) = (&x, &y) {
+                let r = crate::scalar::compare(
+                    op,
+                    crate::scalar::Value::from_const(*p),
+                    crate::scalar::Value::from_const(*q),
+                    a,
+                );
+                if let Ok(crate::scalar::Value::B(v)) = r {
+                    return Expr::Const(Const::Bool(v));
+                }
+            }
+            return Expr::cmp(op, x, y);
+        }
+        // d = a - b, compared with 0.
+        let d = self.lin(a).add(self.lin(b), -1);
+        if let Some((lo, hi)) = self.range_lin(&d) {
+            let decided = match op {
+                CmpOp::Lt if hi < 0 => Some(true),
+                CmpOp::Lt if lo >= 0 => Some(false),
+                CmpOp::Le if hi <= 0 => Some(true),
+                CmpOp::Le if lo > 0 => Some(false),
+                CmpOp::Gt if lo > 0 => Some(true),
+                CmpOp::Gt if hi <= 0 => Some(false),
+                CmpOp::Ge if lo >= 0 => Some(true),
+                CmpOp::Ge if hi < 0 => Some(false),
+                CmpOp::Eq if lo == 0 && hi == 0 => Some(true),
+                CmpOp::Eq if lo > 0 || hi < 0 => Some(false),
+                CmpOp::Ne if lo > 0 || hi < 0 => Some(true),
+                CmpOp::Ne if lo == 0 && hi == 0 => Some(false),
+                _ => None,
+            };
+            if let Some(v) = decided {
+                return Expr::Const(Const::Bool(v));
+            }
+        }
+        // Canonical: terms on the left, the constant on the right.
+        let rhs = -d.c;
+        let lhs = Lin {
+            terms: d.terms,
+            c: 0,
+        };
+        Expr::cmp(op, lhs.to_expr(), Expr::int(rhs))
+    }
+
+    fn lin(&self, e: &Expr) -> Lin {
+        match e {
+            Expr::Const(Const::I64(v)) => Lin::constant(*v),
+            Expr::Var(_) => Lin::atom(e.clone()),
+            Expr::Bin(BinOp::Add, a, b) => self.lin(a).add(self.lin(b), 1),
+            Expr::Bin(BinOp::Sub, a, b) => self.lin(a).add(self.lin(b), -1),
+            Expr::Bin(BinOp::Mul, a, b) => {
+                let (x, y) = (self.lin(a), self.lin(b));
+                match (x.as_const(), y.as_const()) {
+                    (Some(k), _) => y.scale(k),
+                    (_, Some(k)) => x.scale(k),
+                    _ => Lin::atom(x.to_expr() * y.to_expr()),
+                }
+            }
+            Expr::Bin(op @ (BinOp::Div | BinOp::Mod), a, b) => {
+                let (x, y) = (self.lin(a), self.lin(b));
+                match y.as_const() {
+                    Some(c) if c > 0 => self.divmod(*op, x, c),
+                    _ => Lin::atom(Expr::bin(*op, x.to_expr(), y.to_expr())),
+                }
+            }
+            Expr::Bin(op @ (BinOp::Min | BinOp::Max), a, b) => {
+                let (x, y) = (self.lin(a), self.lin(b));
+                if let (Some(p), Some(q)) = (x.as_const(), y.as_const()) {
+                    return Lin::constant(if *op == BinOp::Min {
+                        p.min(q)
+                    } else {
+                        p.max(q)
+                    });
+                }
+                let d = x.clone().add(y.clone(), -1);
+                if let Some((lo, hi)) = self.range_lin(&d) {
+                    let x_small = hi <= 0;
+                    let y_small = lo >= 0;
+                    match op {
+                        BinOp::Min if x_small => return x,
+                        BinOp::Min if y_small => return y,
+                        BinOp::Max if x_small => return y,
+                        BinOp::Max if y_small => return x,
+                        _ => {}
+                    }
+                }
+                Lin::atom(Expr::bin(*op, x.to_expr(), y.to_expr()))
+            }
+            Expr::Select(c, t, f) => match self.expr(c) {
+                Expr::Const(Const::Bool(true)) => self.lin(t),
+                Expr::Const(Const::Bool(false)) => self.lin(f),
+                c => Lin::atom(crate::expr::select(c, self.expr(t), self.expr(f))),
+            },
+            _ => Lin::atom(self.expr_non_index(e)),
+        }
+    }
+
+    fn expr_non_index(&self, e: &Expr) -> Expr {
+        match e {
+            Expr::Cast(d, a) => {
+                let x = self.expr(a);
+                match x {
+                    Expr::Const(Const::I32(v)) if *d == DType::I64 => Expr::int(v as i64),
+                    x => x.cast(*d),
+                }
+            }
+            Expr::BufLoad { buf, dtype, index } => Expr::BufLoad {
+                buf: *buf,
+                dtype: *dtype,
+                index: Box::new(self.expr(index)),
+            },
+            Expr::Load {
+                tensor,
+                dtype,
+                indices,
+            } => Expr::Load {
+                tensor: *tensor,
+                dtype: *dtype,
+                indices: indices.iter().map(|i| self.expr(i)).collect(),
+            },
+            _ => e.clone(),
+        }
+    }
+
+    /// `x / c` or `x % c` for a positive constant `c`.
+    fn divmod(&self, op: BinOp, x: Lin, c: i64) -> Lin {
+        if c == 1 {
+            return if op == BinOp::Div {
+                x
+            } else {
+                Lin::constant(0)
+            };
+        }
+        // Split x into a multiple of c (q*c) and a remainder r.
+        let mut q = Lin::constant(x.c.div_euclid(c));
+        let mut r = Lin::constant(x.c.rem_euclid(c));
+        for (a, k) in &x.terms {
+            if k % c == 0 {
+                q.terms.push((a.clone(), k / c));
+            } else {
+                r.terms.push((a.clone(), *k));
+            }
+        }
+        match self.range_lin(&r) {
+            Some((lo, hi)) if lo >= 0 && hi < c => {
+                if op == BinOp::Div {
+                    q
+                } else {
+                    r
+                }
+            }
+            _ if r.terms.is_empty() => {
+                // r is a constant in [0, c).
+                if op == BinOp::Div {
+                    q
+                } else {
+                    r
+                }
+            }
+            _ => {
+                if op == BinOp::Mod {
+                    // (q*c + r) % c == r % c
+                    Lin::atom(Expr::bin(BinOp::Mod, r.to_expr(), Expr::int(c)))
+                } else {
+                    Lin::atom(Expr::bin(BinOp::Div, x.to_expr(), Expr::int(c)))
+                }
+            }
+        }
+    }
+
+    /// Inclusive range of an index expression, if known.
+    pub fn range(&self, e: &Expr) -> Option<(i64, i64)> {
+        self.range_lin(&self.lin(e))
+    }
+
+    fn range_lin(&self, l: &Lin) -> Option<(i64, i64)> {
+        let (mut lo, mut hi) = (l.c, l.c);
+        for (a, k) in &l.terms {
+            let (alo, ahi) = self.range_atom(a)?;
+            let (p, q) = (alo.checked_mul(*k)?, ahi.checked_mul(*k)?);
+            lo = lo.checked_add(p.min(q))?;
+            hi = hi.checked_add(p.max(q))?;
+        }
+        Some((lo, hi))
+    }
+
+    fn range_atom(&self, a: &Expr) -> Option<(i64, i64)> {
+        match a {
+            Expr::Var(v) => self.ranges.get(v.id),
+            Expr::Const(Const::I64(v)) => Some((*v, *v)),
+            Expr::Bin(BinOp::Div, x, y) => {
+                let c = y.as_int().filter(|&c| c > 0)?;
+                let (lo, hi) = self.range(x)?;
+                Some((lo.div_euclid(c), hi.div_euclid(c)))
+            }
+            Expr::Bin(BinOp::Mod, x, y) => {
+                let c = y.as_int().filter(|&c| c > 0)?;
+                match self.range(x) {
+                    Some((lo, hi)) if lo >= 0 && hi < c => Some((lo, hi)),
+                    _ => Some((0, c - 1)),
+                }
+            }
+            Expr::Bin(op @ (BinOp::Min | BinOp::Max), x, y) => {
+                let (a, b) = (self.range(x)?, self.range(y)?);
+                Some(if *op == BinOp::Min {
+                    (a.0.min(b.0), a.1.min(b.1))
+                } else {
+                    (a.0.max(b.0), a.1.max(b.1))
+                })
+            }
+            Expr::Bin(BinOp::Mul, x, y) => {
+                let (a, b) = (self.range(x)?, self.range(y)?);
+                let c = [
+                    a.0.checked_mul(b.0)?,
+                    a.0.checked_mul(b.1)?,
+                    a.1.checked_mul(b.0)?,
+                    a.1.checked_mul(b.1)?,
+                ];
+                Some((*c.iter().min()?, *c.iter().max()?))
+            }
+            _ => None,
+        }
+    }
+
+    /// Simplifies a statement; loop variables get the ranges of their loops.
+    pub fn stmt(&mut self, s: &Stmt) -> Stmt {
+        match s {
+            Stmt::For {
+                var,
+                extent,
+                kind,
+                body,
+            } => {
+                if *extent == 1 {
+                    let zero = substitute_stmt(body, var.id, &Expr::int(0));
+                    return self.stmt(&zero);
+                }
+                self.ranges.set(var.id, 0, extent - 1);
+                let b = self.stmt(body);
+                self.ranges.remove(var.id);
+                if is_empty(&b) {
+                    return Stmt::Seq(Vec::new());
+                }
+                Stmt::For {
+                    var: var.clone(),
+                    extent: *extent,
+                    kind: *kind,
+                    body: Box::new(b),
+                }
+            }
+            Stmt::Store { buf, index, value } => Stmt::Store {
+                buf: *buf,
+                index: self.expr(index),
+                value: self.expr(value),
+            },
+            Stmt::Allocate { buf, body } => Stmt::Allocate {
+                buf: *buf,
+                body: Box::new(self.stmt(body)),
+            },
+            Stmt::If {
+                cond,
+                then,
+                otherwise,
+            } => match self.expr(cond) {
+                Expr::Const(Const::Bool(true)) => self.stmt(then),
+                Expr::Const(Const::Bool(false)) => match otherwise {
+                    Some(o) => self.stmt(o),
+                    None => Stmt::Seq(Vec::new()),
+                },
+                c => {
+                    let t = self.stmt(then);
+                    let o = otherwise
+                        .as_ref()
+                        .map(|o| self.stmt(o))
+                        .filter(|o| !is_empty(o));
+                    if is_empty(&t) && o.is_none() {
+                        return Stmt::Seq(Vec::new());
+                    }
+                    Stmt::If {
+                        cond: c,
+                        then: Box::new(t),
+                        otherwise: o.map(Box::new),
+                    }
+                }
+            },
+            Stmt::Seq(v) => {
+                let items: Vec<Stmt> = v
+                    .iter()
+                    .map(|x| self.stmt(x))
+                    .filter(|x| !is_empty(x))
+                    .collect();
+                Stmt::seq(items)
+            }
+            Stmt::Sync => Stmt::Sync,
+        }
+    }
+}
+
+fn is_empty(s: &Stmt) -> bool {
+    matches!(s, Stmt::Seq(v) if v.is_empty())
+}
+
+/// Replaces a variable in every expression of a statement.
+pub fn substitute_stmt(s: &Stmt, var: u32, with: &Expr) -> Stmt {
+    let sub = |e: &Expr| e.substitute(&|v| (v.id == var).then(|| with.clone()));
+    match s {
+        Stmt::For {
+            var: v,
+            extent,
+            kind,
+            body,
+        } => Stmt::For {
+            var: v.clone(),
+            extent: *extent,
+            kind: *kind,
+            body: Box::new(substitute_stmt(body, var, with)),
+        },
+        Stmt::Store { buf, index, value } => Stmt::Store {
+            buf: *buf,
+            index: sub(index),
+            value: sub(value),
+        },
+        Stmt::Allocate { buf, body } => Stmt::Allocate {
+            buf: *buf,
+            body: Box::new(substitute_stmt(body, var, with)),
+        },
+        Stmt::If {
+            cond,
+            then,
+            otherwise,
+        } => Stmt::If {
+            cond: sub(cond),
+            then: Box::new(substitute_stmt(then, var, with)),
+            otherwise: otherwise
+                .as_ref()
+                .map(|o| Box::new(substitute_stmt(o, var, with))),
+        },
+        Stmt::Seq(v) => Stmt::Seq(v.iter().map(|x| substitute_stmt(x, var, with)).collect()),
+        Stmt::Sync => Stmt::Sync,
+    }
+}
+
+fn fold(op: BinOp, a: Const, b: Const) -> Option<Const> {
+    use crate::scalar::{binary, Value};
+    let e = Expr::Const(a);
+    match binary(op, Value::from_const(a), Value::from_const(b), &e).ok()? {
+        Value::F32(v) => Some(Const::F32(v)),
+        Value::F64(v) => Some(Const::F64(v)),
+        Value::I32(v) => Some(Const::I32(v)),
+        Value::I64(v) => Some(Const::I64(v)),
+        Value::B(v) => Some(Const::Bool(v)),
+    }
+}

@@ -1,0 +1,248 @@
+//! Traces: the schedule as data.
+//!
+//! Every primitive applied to a [`State`] is recorded as one [`Step`]. A step names stages and
+//! loops by their *position* at the time it was applied (stage positions shift when
+//! `cache_write`, `cache_read` or `rfactor` insert a stage; loop positions shift with `split`,
+//! `fuse` and `reorder`), so a trace replays on a fresh state of the same DAG and gives the
+//! same state. The random decisions of a search (tile sizes, unroll steps, locations) are the
+//! steps' parameters: a mutator changes one and replays.
+//!
+//! ```
+//! use tensortune_schedules::{ops::WorkloadSpec, schedule::State, trace::Trace};
+//! let dag = WorkloadSpec::parse("matmul:M=8,N=8,K=8").unwrap().build().unwrap();
+//! let mut s = State::new(&dag);
+//! s.split(2, 0, &[4]).unwrap();
+//! let json = s.trace().to_json();
+//! let again = Trace::from_json(&json).unwrap().replay(&dag).unwrap();
+//! assert_eq!(again.to_string(), s.to_string());
+//! ```
+
+use crate::dag::ComputeDag;
+use crate::ir::{Scope, ThreadAxis};
+use crate::schedule::{ScheduleError, State};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// A loop annotation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Annotation {
+    /// SIMD lanes.
+    Vectorize,
+    /// Full unrolling.
+    Unroll,
+    /// Threads of the CPU pool.
+    Parallel,
+    /// A GPU thread axis.
+    Bind(ThreadAxis),
+}
+
+/// One schedule primitive with its parameters.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Step {
+    /// Split loop `iter` into `factors.len() + 1` loops; the inner extents are `factors`
+    /// (outer to inner) and the outermost covers the rest, rounded up.
+    Split {
+        /// Stage position.
+        stage: u32,
+        /// Loop position.
+        iter: u32,
+        /// Inner extents, each at least 1.
+        factors: Vec<i64>,
+    },
+    /// Split loop `iter` into an outer loop of `nparts` and an inner loop of the rest.
+    SplitNParts {
+        /// Stage position.
+        stage: u32,
+        /// Loop position.
+        iter: u32,
+        /// Outer extent, at least 1.
+        nparts: i64,
+    },
+    /// Fuse adjacent loops `iters` (consecutive positions, outer first) into one.
+    Fuse {
+        /// Stage position.
+        stage: u32,
+        /// Loop positions.
+        iters: Vec<u32>,
+    },
+    /// Reorder all loops: `order[k]` is the old position of the new k-th loop.
+    Reorder {
+        /// Stage position.
+        stage: u32,
+        /// A permutation of the loop positions.
+        order: Vec<u32>,
+    },
+    /// Compute the stage inside loop `iter` of stage `target`, only the region needed there.
+    ComputeAt {
+        /// Stage position.
+        stage: u32,
+        /// The consumer's position.
+        target: u32,
+        /// The consumer's loop position.
+        iter: u32,
+    },
+    /// Substitute the stage's expression into its consumers.
+    ComputeInline {
+        /// Stage position.
+        stage: u32,
+    },
+    /// Compute the stage at the root, over its whole domain.
+    ComputeRoot {
+        /// Stage position.
+        stage: u32,
+    },
+    /// Compute the stage into a new stage of `scope` and copy it out.
+    CacheWrite {
+        /// Stage position.
+        stage: u32,
+        /// Scope of the new accumulator stage.
+        scope: Scope,
+    },
+    /// Copy the stage into a new stage of `scope`, read by `readers` instead.
+    CacheRead {
+        /// Stage position of the tensor read.
+        stage: u32,
+        /// Scope of the copy.
+        scope: Scope,
+        /// Stage positions of the consumers that read the copy.
+        readers: Vec<u32>,
+    },
+    /// Annotate one loop.
+    Annotate {
+        /// Stage position.
+        stage: u32,
+        /// Loop position.
+        iter: u32,
+        /// The annotation.
+        annotation: Annotation,
+    },
+    /// Turn reduce loop `iter` into a spatial axis of a new stage, then reduce over it.
+    Rfactor {
+        /// Stage position.
+        stage: u32,
+        /// Loop position of a reduce loop.
+        iter: u32,
+    },
+    /// Unroll loops at and inside `iter` whose nest has at most `max_step` iterations.
+    AutoUnroll {
+        /// Stage position.
+        stage: u32,
+        /// Loop position.
+        iter: u32,
+        /// The step limit (0 disables).
+        max_step: u32,
+    },
+}
+
+/// A sequence of steps.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Trace {
+    /// Steps in the order applied.
+    pub steps: Vec<Step>,
+}
+
+/// A trace that cannot be read or does not fit its DAG.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum TraceError {
+    /// Not a JSON trace.
+    #[error("malformed trace JSON: {0}")]
+    Json(String),
+    /// Step `index` failed on replay.
+    #[error("step {index} ({step}) does not apply: {source}")]
+    Step {
+        /// Position in the trace.
+        index: usize,
+        /// The step, printed.
+        step: String,
+        /// Why.
+        source: ScheduleError,
+    },
+}
+
+impl Trace {
+    /// JSON text (stable field order).
+    pub fn to_json(&self) -> String {
+        // Serializing plain data with string keys cannot fail.
+        serde_json::to_string(self).unwrap_or_default()
+    }
+    /// Parses JSON text.
+    pub fn from_json(s: &str) -> Result<Trace, TraceError> {
+        serde_json::from_str(s).map_err(|e| TraceError::Json(e.to_string()))
+    }
+    /// Applies the steps to a fresh state of `dag`.
+    pub fn replay(&self, dag: &ComputeDag) -> Result<State, TraceError> {
+        let mut s = State::new(dag);
+        for (index, step) in self.steps.iter().enumerate() {
+            s.apply_in_place(step).map_err(|source| TraceError::Step {
+                index,
+                step: step.to_string(),
+                source,
+            })?;
+        }
+        Ok(s)
+    }
+}
+
+impl fmt::Display for Step {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Step::Split {
+                stage,
+                iter,
+                factors,
+            } => write!(f, "split(s{stage}, l{iter}, {factors:?})"),
+            Step::SplitNParts {
+                stage,
+                iter,
+                nparts,
+            } => write!(f, "split_nparts(s{stage}, l{iter}, {nparts})"),
+            Step::Fuse { stage, iters } => write!(f, "fuse(s{stage}, {iters:?})"),
+            Step::Reorder { stage, order } => write!(f, "reorder(s{stage}, {order:?})"),
+            Step::ComputeAt {
+                stage,
+                target,
+                iter,
+            } => write!(f, "compute_at(s{stage}, s{target}, l{iter})"),
+            Step::ComputeInline { stage } => write!(f, "compute_inline(s{stage})"),
+            Step::ComputeRoot { stage } => write!(f, "compute_root(s{stage})"),
+            Step::CacheWrite { stage, scope } => {
+                write!(f, "cache_write(s{stage}, {})", scope.name())
+            }
+            Step::CacheRead {
+                stage,
+                scope,
+                readers,
+            } => write!(f, "cache_read(s{stage}, {}, {readers:?})", scope.name()),
+            Step::Annotate {
+                stage,
+                iter,
+                annotation,
+            } => {
+                let a = match annotation {
+                    Annotation::Vectorize => "vectorize".to_string(),
+                    Annotation::Unroll => "unroll".to_string(),
+                    Annotation::Parallel => "parallel".to_string(),
+                    Annotation::Bind(t) => format!("bind {}", t.name()),
+                };
+                write!(f, "{a}(s{stage}, l{iter})")
+            }
+            Step::Rfactor { stage, iter } => write!(f, "rfactor(s{stage}, l{iter})"),
+            Step::AutoUnroll {
+                stage,
+                iter,
+                max_step,
+            } => write!(f, "auto_unroll_max_step(s{stage}, l{iter}, {max_step})"),
+        }
+    }
+}
+
+impl fmt::Display for Trace {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for s in &self.steps {
+            writeln!(f, "{s}")?;
+        }
+        Ok(())
+    }
+}
