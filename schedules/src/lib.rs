@@ -18,6 +18,7 @@ pub use expr::{BufId, Combiner, Const, DType, Expr, IterVar, TensorId, Var};
 pub mod eval;
 pub mod interp;
 pub mod lower;
+pub mod random;
 pub mod scalar;
 pub mod schedule;
 pub mod simplify;

@@ -1,0 +1,225 @@
+//! Hand-written schedules for every op family, each checked against the direct evaluator.
+//! Together they use every primitive; many splits do not divide their loop (guarded tails).
+
+mod common;
+use common::{check_state, dag};
+use tensortune_schedules::ir::{Scope, ThreadAxis};
+use tensortune_schedules::schedule::State;
+
+type Sched = fn(&mut State) -> Result<(), tensortune_schedules::schedule::ScheduleError>;
+
+fn run_all(spec: &str, schedules: &[(&str, Sched)]) {
+    let d = dag(spec);
+    check_state(&d, &State::new(&d), 0);
+    for (i, (name, f)) in schedules.iter().enumerate() {
+        let mut s = State::new(&d);
+        f(&mut s).unwrap_or_else(|e| panic!("{spec} / {name}: {e}\n{s}"));
+        check_state(&d, &s, i as u64 + 1);
+    }
+}
+
+// Stage positions in matmul: 0 A, 1 B, 2 C.
+#[test]
+fn matmul_family() {
+    let scheds: &[(&str, Sched)] = &[
+        ("tile + vectorize", |s| {
+            s.tile(2, 0, 1, 4, 4)?; // i.0 j.0 i.1 j.1 k
+            s.reorder(2, &[0, 1, 4, 2, 3])?; // i.0 j.0 k i.1 j.1
+            s.vectorize(2, 4)?;
+            s.unroll(2, 3)
+        }),
+        ("cache_write register tile, non-divisible", |s| {
+            let l = s.cache_write(2, Scope::Local)?; // 2 C.local, 3 C
+            s.split(3, 0, &[3])?;
+            s.split(3, 2, &[4])?;
+            s.reorder(3, &[0, 2, 1, 3])?;
+            s.parallel(3, 0)?;
+            s.compute_at(l, 3, 1)?;
+            s.split(l, 2, &[2])?; // C.local: i j k.0 k.1
+            s.reorder(l, &[2, 3, 0, 1])?;
+            s.vectorize(l, 3)?;
+            s.vectorize(3, 3)
+        }),
+        ("fuse + parallel + nparts", |s| {
+            s.fuse(2, &[0, 1])?;
+            s.split_nparts(2, 0, 4)?;
+            s.parallel(2, 0)?;
+            s.auto_unroll(2, 1, 16)
+        }),
+        ("multi-level SSRSRS tiling", |s| {
+            s.split(2, 0, &[2, 2])?; // i.0 i.1 i.2 j k
+            s.split(2, 3, &[5, 2])?; // i.0 i.1 i.2 j.0 j.1 j.2 k
+            s.split(2, 6, &[3])?; // ... k.0 k.1
+                                  // S S R S R S: i.0 j.0 i.1 j.1 k.0 i.2 k.1 j.2
+            s.reorder(2, &[0, 3, 1, 4, 6, 2, 7, 5])?;
+            s.unroll(2, 5)?;
+            s.vectorize(2, 7)
+        }),
+        ("cache_read shared + bind", |s| {
+            let a = s.cache_read(0, Scope::Shared, &[2])?; // 0 A, 1 A.shared, 2 B, 3 C
+            s.split(3, 0, &[4])?;
+            s.bind(3, 0, ThreadAxis::BlockX)?;
+            s.bind(3, 1, ThreadAxis::ThreadX)?;
+            s.compute_at(a, 3, 1)
+        }),
+        ("rfactor of k", |s| {
+            s.split(2, 2, &[4])?; // i j k.0 k.1
+            let rf = s.rfactor(2, 3)?; // C.rf at 2: i j k.1v k.0; C at 3
+            s.reorder(rf, &[0, 1, 3, 2])?;
+            s.vectorize(rf, 3)?;
+            s.compute_at(rf, 3, 1)
+        }),
+    ];
+    run_all("matmul:M=10,N=13,K=11", scheds);
+    let bm: &[(&str, Sched)] = &[
+        ("tile batch", |s| {
+            s.fuse(2, &[0, 1])?;
+            s.split(2, 0, &[3])?;
+            s.parallel(2, 0)?; // b@i.0 b@i.1 j k
+            s.reorder(2, &[0, 1, 3, 2])?;
+            s.vectorize(2, 3)
+        }),
+        ("cache_write", |s| {
+            let l = s.cache_write(2, Scope::Local)?;
+            s.split(3, 2, &[4])?;
+            s.compute_at(l, 3, 2)?;
+            s.vectorize(3, 3)
+        }),
+    ];
+    run_all("batch_matmul:B=3,M=5,N=9,K=4", bm);
+    // dense_bias_relu: 0 X, 1 W, 2 bias, 3 dense, 4 bias_add, 5 Y
+    let dbr: &[(&str, Sched)] = &[
+        ("inline epilogue", |s| {
+            s.compute_inline(4)?;
+            s.tile(5, 0, 1, 2, 4)?;
+            s.vectorize(5, 3)
+        }),
+        ("fuse dense into the epilogue tile", |s| {
+            s.compute_inline(4)?;
+            s.split(5, 0, &[4])?;
+            s.split(5, 2, &[3])?;
+            s.reorder(5, &[0, 2, 1, 3])?;
+            s.compute_at(3, 5, 1)?;
+            s.split(3, 2, &[2])?;
+            s.unroll(3, 3)
+        }),
+        ("compute_root after inline", |s| {
+            s.compute_inline(4)?;
+            s.compute_root(4)?;
+            s.parallel(5, 0)
+        }),
+    ];
+    run_all("dense_bias_relu:M=7,N=10,K=6", dbr);
+}
+
+// conv2d with pad: 0 data, 1 weight, 2 pad, 3 out
+#[test]
+fn conv_family() {
+    let scheds: &[(&str, Sched)] = &[
+        ("inline padding, tile output", |s| {
+            s.compute_inline(2)?;
+            s.split(3, 3, &[4])?; // n k y x.0 x.1 rc ry rx
+            s.reorder(3, &[0, 1, 2, 3, 5, 6, 7, 4])?;
+            s.vectorize(3, 7)
+        }),
+        ("padding at the output tile", |s| {
+            s.split(3, 2, &[2])?; // n k y.0 y.1 x rc ry rx
+            s.reorder(3, &[0, 2, 1, 3, 4, 5, 6, 7])?; // n y.0 k y.1 ...
+            s.compute_at(2, 3, 1)
+        }),
+        ("cache_write + padding inside the accumulator", |s| {
+            let l = s.cache_write(3, Scope::Local)?; // 3 out.local, 4 out
+            s.split(4, 1, &[2])?; // n k.0 k.1 y x
+            s.split(4, 4, &[3])?; // n k.0 k.1 y x.0 x.1
+            s.reorder(4, &[0, 1, 3, 4, 2, 5])?; // n k.0 y x.0 k.1 x.1
+            s.compute_at(l, 4, 3)?;
+            s.compute_at(2, l, 4)?; // pad inside out.local's rc loop
+            s.vectorize(4, 5)
+        }),
+        ("fuse and parallel", |s| {
+            s.compute_inline(2)?;
+            s.fuse(3, &[0, 1, 2])?;
+            s.parallel(3, 0)?;
+            s.auto_unroll(3, 1, 64)
+        }),
+        ("rfactor over channels", |s| {
+            s.compute_inline(2)?;
+            let rf = s.rfactor(3, 4)?; // out: n k y x rc ry rx, rfactor rc
+            s.compute_at(rf, 4, 3)
+        }),
+    ];
+    run_all("conv2d:N=1,C=3,H=7,W=6,K=5,R=3,S=3,stride=1,pad=1", scheds);
+    run_all("conv2d:N=2,C=2,H=9,W=8,K=3,R=3,S=3,stride=2,pad=1", scheds);
+    // depthwise: 0 data, 1 weight, 2 pad, 3 out (n c y x ry rx)
+    let dw: &[(&str, Sched)] = &[
+        ("inline + vectorize", |s| {
+            s.compute_inline(2)?;
+            s.split(3, 3, &[3])?;
+            s.reorder(3, &[0, 1, 2, 3, 5, 6, 4])?;
+            s.vectorize(3, 6)
+        }),
+        ("pad at rows", |s| {
+            s.split(3, 2, &[2])?;
+            s.compute_at(2, 3, 3)
+        }),
+        ("cache read weights", |s| {
+            let w = s.cache_read(1, Scope::Local, &[3])?; // 0 data,1 weight,2 weight.local,3 pad,4 out
+            s.compute_at(w, 4, 1)?;
+            s.unroll(4, 4)
+        }),
+    ];
+    run_all(
+        "depthwise_conv2d:N=1,C=4,H=9,W=7,R=3,S=3,stride=2,pad=1",
+        dw,
+    );
+}
+
+// softmax: 0 X, 1 row_max, 2 exp, 3 row_sum, 4 Y
+#[test]
+fn reduction_family() {
+    let sm: &[(&str, Sched)] = &[
+        ("exp inlined", |s| {
+            s.compute_inline(2)?;
+            s.vectorize(4, 1).map(|_| ()).or(Ok(()))
+        }),
+        ("reductions at rows", |s| {
+            s.compute_at(3, 4, 0)?;
+            s.compute_at(1, 2, 0)
+        }),
+        ("rfactor the max", |s| {
+            s.split(1, 1, &[4])?;
+            let rf = s.rfactor(1, 2)?; // 1 row_max.rf, 2 row_max
+            s.vectorize(rf, 1).map(|_| ()).or_else(|_| s.unroll(rf, 1))
+        }),
+        ("split rows, parallel", |s| {
+            s.split(4, 0, &[2])?;
+            s.parallel(4, 0)?;
+            s.split(4, 2, &[4])?;
+            s.vectorize(4, 3)
+        }),
+        ("cache_write the sum", |s| {
+            let l = s.cache_write(3, Scope::Local)?; // 3 row_sum.local, 4 row_sum
+            s.compute_at(l, 4, 0)
+        }),
+    ];
+    run_all("softmax:M=5,N=11", sm);
+    let rs: &[(&str, Sched)] = &[
+        ("rfactor inner", |s| {
+            s.split(1, 1, &[5])?;
+            let rf = s.rfactor(1, 2)?;
+            s.parallel(rf, 0)
+        }),
+        ("rfactor outer", |s| {
+            s.split(1, 1, &[4])?;
+            s.rfactor(1, 1).map(|_| ())
+        }),
+        ("rfactor whole axis", |s| s.rfactor(1, 1).map(|_| ())),
+        ("unroll reduce", |s| {
+            s.split(1, 1, &[3])?;
+            s.unroll(1, 2)?;
+            s.auto_unroll(1, 0, 512)
+        }),
+        ("nparts", |s| s.split_nparts(1, 1, 4)),
+    ];
+    run_all("reduce_sum:M=3,N=17", rs);
+}
