@@ -1,0 +1,252 @@
+//! Programs that must fail, each with its specific error; and malformed traces that must not
+//! panic.
+
+mod common;
+use common::dag;
+use tensortune_schedules::expr::{sum, Expr};
+use tensortune_schedules::ops::{SpecError, WorkloadSpec};
+use tensortune_schedules::random::Rng;
+use tensortune_schedules::schedule::{ScheduleError as E, State};
+use tensortune_schedules::te::Graph;
+use tensortune_schedules::trace::{Trace, TraceError};
+use tensortune_schedules::{ComputeDag, DType, DagError};
+
+fn matmul() -> (ComputeDag, State) {
+    let d = dag("matmul:M=8,N=8,K=8");
+    let s = State::new(&d);
+    (d, s)
+}
+
+#[test]
+fn fuse_of_non_adjacent_loops() {
+    let (_, mut s) = matmul();
+    let before = s.clone();
+    assert!(matches!(s.fuse(2, &[0, 2]), Err(E::BadFuse { .. })));
+    assert!(matches!(s.fuse(2, &[1, 0]), Err(E::BadFuse { .. })));
+    // j (spatial) and k (reduce) are adjacent but of different kinds.
+    assert!(matches!(s.fuse(2, &[1, 2]), Err(E::BadFuse { .. })));
+    assert_eq!(s, before, "a failed primitive leaves the state unchanged");
+}
+
+#[test]
+fn compute_at_into_a_loop_that_does_not_enclose_the_use() {
+    // softmax: exp is read by row_sum and by Y; attaching it to one does not enclose the other.
+    let d = dag("softmax:M=4,N=8");
+    let mut s = State::new(&d);
+    let e = s.compute_at(2, 3, 0).unwrap_err();
+    assert!(matches!(e, E::BadComputeAt { .. }), "{e}");
+    assert!(e.to_string().contains("does not enclose"), "{e}");
+    // A stage that does not read it at all.
+    let (_, mut m) = matmul();
+    assert!(matches!(m.compute_at(2, 2, 0), Err(E::BadComputeAt { .. })));
+    // An output has no consumer.
+    let d = dag("dense_bias_relu:M=4,N=4,K=4");
+    let mut s = State::new(&d);
+    assert!(matches!(s.compute_at(5, 4, 0), Err(E::BadComputeAt { .. })));
+    // Not the consumer: dense is read by bias_add, not by Y.
+    assert!(matches!(s.compute_at(3, 5, 0), Err(E::BadComputeAt { .. })));
+}
+
+#[test]
+fn vectorize_of_a_reduce_loop() {
+    let (_, mut s) = matmul();
+    let e = s.vectorize(2, 2).unwrap_err();
+    assert!(matches!(e, E::BadAnnotation { .. }));
+    assert!(e.to_string().contains("reduce loop"), "{e}");
+    assert!(matches!(s.parallel(2, 2), Err(E::BadAnnotation { .. })));
+    // Unrolling a reduce loop is fine.
+    s.unroll(2, 2).unwrap();
+}
+
+#[test]
+fn split_factor_zero_and_out_of_range_indices() {
+    let (_, mut s) = matmul();
+    let e = s.split(2, 0, &[0]).unwrap_err();
+    assert!(matches!(e, E::BadSplit { .. }), "{e}");
+    assert!(e.to_string().contains("`C`") && e.to_string().contains("`i`"), "names stage and loop: {e}");
+    assert!(matches!(s.split(2, 0, &[-3]), Err(E::BadSplit { .. })));
+    assert!(matches!(s.split(2, 0, &[]), Err(E::BadSplit { .. })));
+    assert!(matches!(s.split(2, 0, &[1 << 30, 1 << 30]), Err(E::BadSplit { .. })));
+    assert!(matches!(s.split_nparts(2, 0, 0), Err(E::BadSplit { .. })));
+    assert!(matches!(s.split(9, 0, &[2]), Err(E::NoSuchStage { index: 9, .. })));
+    assert!(matches!(s.split(2, 3, &[2]), Err(E::NoSuchLoop { index: 3, .. })));
+    assert!(matches!(s.split(0, 0, &[2]), Err(E::Placeholder { .. })));
+    assert!(matches!(s.vectorize(2, 7), Err(E::NoSuchLoop { .. })));
+}
+
+#[test]
+fn inline_of_a_reduction_or_output() {
+    let (_, mut s) = matmul();
+    assert!(matches!(s.compute_inline(2), Err(E::BadInline { .. })));
+    let d = dag("softmax:M=4,N=8");
+    let mut s = State::new(&d);
+    let e = s.compute_inline(1).unwrap_err();
+    assert!(e.to_string().contains("reduction"), "{e}");
+    assert!(matches!(s.compute_inline(4), Err(E::BadInline { .. })), "output");
+    s.compute_inline(2).unwrap();
+}
+
+#[test]
+fn reorder_with_a_duplicate_or_missing_loop() {
+    let (_, mut s) = matmul();
+    assert!(matches!(s.reorder(2, &[0, 0, 1]), Err(E::BadReorder { .. })));
+    assert!(matches!(s.reorder(2, &[0, 1]), Err(E::BadReorder { .. })));
+    assert!(matches!(s.reorder(2, &[0, 1, 3]), Err(E::BadReorder { .. })));
+    s.reorder(2, &[2, 0, 1]).unwrap();
+}
+
+#[test]
+fn other_misuse() {
+    let (_, mut s) = matmul();
+    s.vectorize(2, 1).unwrap_err(); // j is not innermost (k is)
+    s.reorder(2, &[0, 2, 1]).unwrap();
+    s.vectorize(2, 2).unwrap();
+    assert!(matches!(s.vectorize(2, 2), Err(E::BadAnnotation { .. })), "twice");
+    assert!(matches!(s.split(2, 2, &[2]), Err(E::BadSplit { .. })), "annotated");
+    assert!(matches!(s.cache_write(2, tensortune_schedules::ir::Scope::Local), Err(E::BadCache { .. })));
+    assert!(matches!(s.rfactor(2, 0), Err(E::BadRfactor { .. })));
+    let (_, mut s) = matmul();
+    assert!(matches!(s.rfactor(2, 0), Err(E::BadRfactor { .. })), "spatial loop");
+    assert!(matches!(s.cache_read(0, tensortune_schedules::ir::Scope::Shared, &[1]), Err(E::Placeholder { .. }) | Err(E::BadCache { .. })));
+}
+
+#[test]
+fn dag_validation() {
+    let mut g = Graph::new();
+    let a = g.placeholder("A", &[4, 4], DType::F32);
+    let k = g.reduce_axis(4, "k");
+    // Rank mismatch.
+    let bad = g.compute("bad", &[4], &["i"], |ax| a.at([ax[0].clone()]));
+    assert!(matches!(ComputeDag::new(&g, &[bad]), Err(DagError::RankMismatch { .. })));
+    // A reduce axis outside its reduction.
+    let bad = g.compute("bad2", &[4], &["i"], |ax| a.at([ax[0].clone(), k.expr()]));
+    assert!(matches!(ComputeDag::new(&g, &[bad]), Err(DagError::UnboundVar { .. })));
+    // A reduction nested in a reduction, and one nested in arithmetic.
+    let k2 = g.reduce_axis(4, "k2");
+    let bad = g.compute("bad3", &[4], &["i"], |ax| {
+        sum(sum(a.at([ax[0].clone(), k.expr()]), &[k.clone()]), &[k2.clone()])
+    });
+    assert!(matches!(ComputeDag::new(&g, &[bad]), Err(DagError::BadReduction { .. })));
+    let bad = g.compute("bad4", &[4], &["i"], |ax| sum(a.at([ax[0].clone(), k.expr()]), &[k.clone()]) * 2.0f32);
+    assert!(matches!(ComputeDag::new(&g, &[bad]), Err(DagError::BadReduction { .. })));
+    // Mixing dtypes without a cast.
+    let b = g.placeholder("B", &[4, 4], DType::F64);
+    let bad = g.compute("bad5", &[4, 4], &["i", "j"], |ax| a.at(ax.to_vec()) + b.at(ax.to_vec()));
+    let e = ComputeDag::new(&g, &[bad]).unwrap_err();
+    assert!(matches!(e, DagError::Type { .. }), "{e}");
+    let ok = g.compute("ok", &[4, 4], &["i", "j"], |ax| a.at(ax.to_vec()).cast(DType::F64) + b.at(ax.to_vec()));
+    ComputeDag::new(&g, &[ok]).unwrap();
+    // A tensor of another graph (or a later one): the cycle check.
+    let mut other = Graph::new();
+    let x = other.placeholder("X", &[2], DType::F32);
+    let y = other.placeholder("Y", &[2], DType::F32);
+    let z = other.compute("Z", &[2], &["i"], |ax| y.at([ax[0].clone()]));
+    let mut g2 = Graph::new();
+    let c = g2.compute("C", &[2], &["i"], |ax| z.at([ax[0].clone()]) + x.at([ax[0].clone()]));
+    assert!(matches!(ComputeDag::new(&g2, &[c]), Err(DagError::UnknownTensor { .. }) | Err(DagError::Cycle { .. })));
+    // Bad extents.
+    let mut g3 = Graph::new();
+    let p = g3.placeholder("P", &[0, 3], DType::F32);
+    let q = g3.compute("Q", &[0, 3], &[], |ax| p.at(ax.to_vec()));
+    assert!(matches!(ComputeDag::new(&g3, &[q]), Err(DagError::BadExtent { .. })));
+    // Softmax is four computed stages.
+    let d = dag("softmax:M=2,N=3");
+    assert_eq!(d.num_ops(), 5);
+    assert!(d.info(tensortune_schedules::TensorId(2)).elementwise == false);
+    assert!(d.info(tensortune_schedules::TensorId(2)).injective);
+    let _ = Expr::int(0);
+}
+
+#[test]
+fn workload_specs() {
+    let w = WorkloadSpec::parse(" conv2d:N=1,C=64,H=56,W=56,K=64,R=3,S=3,pad=1 ").unwrap();
+    assert_eq!(w.canonical(), "conv2d:C=64,H=56,K=64,N=1,R=3,S=3,W=56,dtype=f32,pad=1,stride=1");
+    assert_eq!(w.key(), WorkloadSpec::parse(&w.canonical()).unwrap().key(), "canonical is a fixed point");
+    assert_eq!(w.flops(), 2.0 * 64.0 * 56.0 * 56.0 * 64.0 * 9.0);
+    let e = |s: &str| WorkloadSpec::parse(s).unwrap_err();
+    assert!(matches!(e("nosuchop:M=1"), SpecError::UnknownOp { .. }));
+    assert!(matches!(e("matmul"), SpecError::Malformed { .. }));
+    assert!(matches!(e(":M=1"), SpecError::Malformed { .. }));
+    assert!(matches!(e("matmul:M=1,N=2"), SpecError::MissingKey { .. }));
+    assert!(matches!(e("matmul:M=1,N=2,K=3,Q=4"), SpecError::UnknownKey { .. }));
+    assert!(matches!(e("matmul:M=1,N=2,K=3,M=4"), SpecError::DuplicateKey { .. }));
+    assert!(matches!(e("matmul:M=0,N=2,K=3"), SpecError::BadValue { .. }));
+    assert!(matches!(e("matmul:M=-4,N=2,K=3"), SpecError::BadValue { .. }));
+    assert!(matches!(e("matmul:M=99999999999999999999999,N=2,K=3"), SpecError::BadValue { .. }));
+    assert!(matches!(e("matmul:M=x,N=2,K=3"), SpecError::BadValue { .. }));
+    assert!(matches!(e("matmul:M=1,N=2,K"), SpecError::BadItem { .. }));
+    assert!(matches!(e("matmul:M=1,N=2,K=3,dtype=f16"), SpecError::BadValue { .. }));
+    assert!(matches!(e("matmul:M=16777216,N=16777216,K=3"), SpecError::BadShape { .. }));
+    assert!(matches!(e("conv2d:N=1,C=1,H=3,W=3,K=1,R=5,S=5"), SpecError::BadShape { .. }));
+    WorkloadSpec::parse("conv2d:N=1,C=1,H=3,W=3,K=1,R=5,S=5,pad=1").unwrap();
+    assert!(matches!(e("softmax:M=2,N=2,dtype=i32"), SpecError::BadValue { .. }));
+    let i = WorkloadSpec::parse("matmul:M=4,N=4,K=4,dtype=i32").unwrap();
+    assert_eq!(i.build().unwrap().op(i.build().unwrap().outputs()[0]).dtype, DType::I32);
+    for op in tensortune_schedules::ops::OPS {
+        assert!(!op.signature.is_empty());
+    }
+}
+
+#[test]
+fn malformed_traces_never_panic() {
+    let d = dag("conv2d:N=1,C=2,H=5,W=5,K=2,R=3,S=3,pad=1");
+    let mut rng = Rng::new(99);
+    // Random bytes.
+    for _ in 0..300 {
+        let n = rng.below(64) as usize;
+        let bytes: Vec<u8> = (0..n).map(|_| rng.below(256) as u8).collect();
+        let text = String::from_utf8_lossy(&bytes);
+        let _ = Trace::from_json(&text).map(|t| t.replay(&d));
+    }
+    // Structurally valid JSON with random numbers: every step kind, wild parameters.
+    let kinds = [
+        r#"{"op":"split","stage":S,"iter":I,"factors":[F,G]}"#,
+        r#"{"op":"split_nparts","stage":S,"iter":I,"nparts":F}"#,
+        r#"{"op":"fuse","stage":S,"iters":[I,G]}"#,
+        r#"{"op":"reorder","stage":S,"order":[I,G,F]}"#,
+        r#"{"op":"compute_at","stage":S,"target":G,"iter":I}"#,
+        r#"{"op":"compute_inline","stage":S}"#,
+        r#"{"op":"compute_root","stage":S}"#,
+        r#"{"op":"cache_write","stage":S,"scope":"Local"}"#,
+        r#"{"op":"cache_read","stage":S,"scope":"Shared","readers":[G]}"#,
+        r#"{"op":"annotate","stage":S,"iter":I,"annotation":"vectorize"}"#,
+        r#"{"op":"annotate","stage":S,"iter":I,"annotation":{"bind":"ThreadX"}}"#,
+        r#"{"op":"rfactor","stage":S,"iter":I}"#,
+        r#"{"op":"auto_unroll","stage":S,"iter":I,"max_step":F}"#,
+    ];
+    let mut replayed = 0;
+    let mut failed_with_error = 0;
+    for _ in 0..2000 {
+        let steps: Vec<String> = (0..1 + rng.below(6))
+            .map(|_| {
+                let k = kinds[rng.below(kinds.len() as u64) as usize];
+                let num = |r: &mut Rng| -> String {
+                    match r.below(6) {
+                        0 => "0".into(),
+                        1 => "4294967295".into(),
+                        2 => (r.below(9) as i64 - 2).to_string(),
+                        _ => r.below(6).to_string(),
+                    }
+                };
+                k.replace('S', &num(&mut rng))
+                    .replace('I', &num(&mut rng))
+                    .replace('F', &num(&mut rng))
+                    .replace('G', &num(&mut rng))
+            })
+            .collect();
+        let json = format!(r#"{{"steps":[{}]}}"#, steps.join(","));
+        match Trace::from_json(&json) {
+            Ok(t) => match t.replay(&d) {
+                Ok(state) => {
+                    replayed += 1;
+                    let _ = tensortune_schedules::lower::lower(&state);
+                }
+                Err(TraceError::Step { .. }) => failed_with_error += 1,
+                Err(e) => panic!("unexpected error kind {e}"),
+            },
+            Err(TraceError::Json(_)) => {}
+            Err(e) => panic!("unexpected error kind {e}"),
+        }
+    }
+    assert!(replayed > 10 && failed_with_error > 100, "{replayed} {failed_with_error}");
+}
