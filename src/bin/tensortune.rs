@@ -1,0 +1,63 @@
+//! The `tensortune` command line.
+//!
+//! One variant of [`Command`] per subcommand, each carrying the argument struct defined next
+//! to its code in `tensortune::cli::<area>` and dispatching to one function there.
+
+use std::io::{self, Write};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use tensortune::cli::{self, CliError};
+
+/// Search-based schedule tuning for tensor programs.
+#[derive(Debug, Parser)]
+#[command(name = "tensortune", version, about, propagate_version = true)]
+#[command(after_help = "Example:\n  tensortune records --db tune.db")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Summarize a records database: trials, errors and best latency per workload and target.
+    Records(cli::records::RecordsArgs),
+    /// Show the fastest record of a workload.
+    Best(cli::records::BestArgs),
+    /// Write every record of a database as JSON lines.
+    Export(cli::records::ExportArgs),
+    /// Add the records of a JSON-lines file to a database.
+    Import(cli::records::ImportArgs),
+    /// Merge databases into one, without duplicates.
+    Merge(cli::records::MergeArgs),
+}
+
+fn run(command: Command) -> Result<(), CliError> {
+    let stdout = io::stdout();
+    let mut out = stdout.lock();
+    match command {
+        Command::Records(args) => cli::records::records(&args, &mut out),
+        Command::Best(args) => cli::records::best(&args, &mut out),
+        Command::Export(args) => cli::records::export(&args, &mut out),
+        Command::Import(args) => cli::records::import(&args, &mut out, &mut io::stderr()),
+        Command::Merge(args) => cli::records::merge(&args, &mut out),
+    }
+}
+
+fn main() -> ExitCode {
+    // A bug must still end as one line and an internal-error status, not a backtrace.
+    std::panic::set_hook(Box::new(|info| {
+        eprintln!("tensortune: internal error: {info}");
+    }));
+    // Usage errors from clap print their own message and exit with status 2.
+    let cli = Cli::parse();
+    match std::panic::catch_unwind(|| run(cli.command)) {
+        Ok(Ok(())) => ExitCode::SUCCESS,
+        Ok(Err(e)) => {
+            let _ = io::stdout().flush();
+            eprintln!("tensortune: {e}");
+            ExitCode::from(e.exit_code())
+        }
+        Err(_) => ExitCode::from(1),
+    }
+}

@@ -1,0 +1,54 @@
+//! The `tensortune` command line: one module per area, one function per subcommand.
+//!
+//! `src/bin/tensortune.rs` holds the clap `Command` enum; each variant carries the argument
+//! struct of its subcommand (defined here, next to the code that runs it) and dispatches to
+//! one function that returns `Result<(), CliError>`. To add a subcommand: write its `Args`
+//! struct and function in `src/cli/<area>.rs`, add a variant, add a match arm.
+//!
+//! Exit status: 0 on success, 2 for errors the user can fix (a bad spec, a missing or bad
+//! file, a bad flag), 1 for internal failures. Errors print as one line (plus one line per
+//! rejected input line where there are several) on stderr, never as a backtrace.
+
+pub mod records;
+
+use std::fmt;
+
+/// An error of a subcommand, classified for the exit status.
+#[derive(Debug)]
+pub enum CliError {
+    /// The user can fix it: exit status 2.
+    Usage(String),
+    /// Something inside failed: exit status 1.
+    Internal(String),
+}
+
+impl CliError {
+    /// The process exit status for this error.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            CliError::Usage(_) => 2,
+            CliError::Internal(_) => 1,
+        }
+    }
+}
+
+impl fmt::Display for CliError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CliError::Usage(message) => f.write_str(message),
+            CliError::Internal(message) => write!(f, "internal error: {message}"),
+        }
+    }
+}
+
+impl std::error::Error for CliError {}
+
+impl From<tensortune_records::RecordsError> for CliError {
+    fn from(e: tensortune_records::RecordsError) -> CliError {
+        if e.is_user_error() {
+            CliError::Usage(e.to_string())
+        } else {
+            CliError::Internal(e.to_string())
+        }
+    }
+}
