@@ -2,3 +2,8 @@
 pub use tensortune_schedules as schedules;
 
 pub mod cli;
+pub mod codegen;
+pub mod kernel;
+pub mod runtime;
+
+pub use kernel::{Kernel, ParamSpec, RunError};

@@ -1,0 +1,536 @@
+//! Expressions, for scalars and (inside a vectorized loop) `<lanes x T>` vectors alike.
+//!
+//! A value is a scalar until an operand varies across lanes; mixing a scalar with a vector
+//! broadcasts the scalar. Semantics follow `tensortune_schedules::expr`: integer `Div`/`Mod`
+//! are floor division and modulo (with a divisor of 0 giving 0 instead of a trap), float
+//! `min`/`max` ignore a NaN operand (`minnum`/`maxnum`, like `f32::min`), float-to-int casts
+//! saturate (like Rust's `as`), and a `Select` whose branches load memory evaluates only the
+//! chosen branch, since the other one's index may be out of bounds.
+
+use super::gen::{Gen, Res};
+use crate::codegen::CodegenError;
+use inkwell::intrinsics::Intrinsic;
+use inkwell::types::{BasicType, BasicTypeEnum};
+use inkwell::values::FastMathFlags;
+use inkwell::values::{BasicMetadataValueEnum, BasicValue, BasicValueEnum, VectorValue};
+use inkwell::{FloatPredicate, IntPredicate};
+use tensortune_schedules::expr::{BinOp, CmpOp, Intrinsic as Intr};
+use tensortune_schedules::{Const, DType, Expr};
+
+type V<'ctx> = BasicValueEnum<'ctx>;
+
+/// True if evaluating `e` reads memory.
+pub(super) fn has_load(e: &Expr) -> bool {
+    let mut found = false;
+    e.visit(&mut |x| found |= matches!(x, Expr::BufLoad { .. } | Expr::Load { .. }));
+    found
+}
+
+fn invalid(msg: String) -> CodegenError {
+    CodegenError::InvalidIr(msg)
+}
+
+impl<'ctx> Gen<'ctx, '_> {
+    pub(super) fn expr(&mut self, e: &Expr) -> Res<V<'ctx>> {
+        match e {
+            Expr::Const(c) => Ok(self.constant(*c)),
+            Expr::Var(v) => self
+                .vars
+                .get(v.id as usize)
+                .copied()
+                .flatten()
+                .ok_or_else(|| invalid(format!("variable `{}` used outside its loop", v.name))),
+            Expr::Bin(op, a, b) => {
+                let d = a.dtype();
+                if b.dtype() != d {
+                    return Err(invalid(format!("operands of `{e}` have different dtypes")));
+                }
+                let (x, y) = (self.expr(a)?, self.expr(b)?);
+                let (x, y) = self.unify(x, y)?;
+                self.binop(*op, d, x, y)
+            }
+            Expr::Cmp(op, a, b) => {
+                let d = a.dtype();
+                if b.dtype() != d {
+                    return Err(invalid(format!("operands of `{e}` have different dtypes")));
+                }
+                let (x, y) = (self.expr(a)?, self.expr(b)?);
+                let (x, y) = self.unify(x, y)?;
+                self.cmp(*op, d, x, y)
+            }
+            Expr::And(a, b) | Expr::Or(a, b) => {
+                let (x, y) = (self.expr(a)?, self.expr(b)?);
+                let (x, y) = self.unify(x, y)?;
+                let op = if matches!(e, Expr::And(..)) {
+                    inkwell::values::InstructionOpcode::And
+                } else {
+                    inkwell::values::InstructionOpcode::Or
+                };
+                Ok(self.b.build_binop(op, x, y, "logic")?)
+            }
+            Expr::Not(a) => {
+                let x = self.expr(a)?;
+                let t = self.constant(Const::Bool(true));
+                let (x, t) = self.unify(x, t)?;
+                Ok(self
+                    .b
+                    .build_binop(inkwell::values::InstructionOpcode::Xor, x, t, "not")?)
+            }
+            Expr::Select(c, t, f) => {
+                if has_load(t) || has_load(f) {
+                    self.lazy_select(c, t, f)
+                } else {
+                    let cv = self.expr(c)?;
+                    let (tv, fv) = (self.expr(t)?, self.expr(f)?);
+                    self.select(cv, tv, fv)
+                }
+            }
+            Expr::Cast(to, a) => {
+                let x = self.expr(a)?;
+                self.cast(x, a.dtype(), *to)
+            }
+            Expr::Call(f, a) => {
+                let x = self.expr(a)?;
+                self.call(*f, a.dtype(), x)
+            }
+            Expr::BufLoad { buf, dtype, index } => {
+                if self.decl(*buf)?.dtype != *dtype {
+                    return Err(invalid(format!(
+                        "load of {dtype} from a buffer of another dtype"
+                    )));
+                }
+                if self.vec.is_some() {
+                    self.vload(*buf, *dtype, index)
+                } else {
+                    self.load(*buf, *dtype, index)
+                }
+            }
+            Expr::Load { .. } | Expr::Reduce { .. } => {
+                Err(invalid(format!("tensor expression `{e}` in loop IR")))
+            }
+        }
+    }
+
+    fn load(
+        &mut self,
+        buf: tensortune_schedules::BufId,
+        dtype: DType,
+        index: &Expr,
+    ) -> Res<V<'ctx>> {
+        let ptr = self.elem_ptr(buf, index)?;
+        let v = self.b.build_load(self.mem_ty(dtype), ptr, "ld")?;
+        if let Some(i) = v.as_instruction_value() {
+            i.set_alignment(self.mem_bytes(dtype) as u32)
+                .map_err(|e| CodegenError::Llvm(e.to_string()))?;
+        }
+        self.from_mem(v, dtype)
+    }
+
+    /// A loaded value of `d` as a register value (bytes narrow to bools).
+    pub(super) fn from_mem(&mut self, v: V<'ctx>, d: DType) -> Res<V<'ctx>> {
+        if d != DType::Bool {
+            return Ok(v);
+        }
+        let zero = self.splat_like(v, self.cx.i8_type().const_zero().into())?;
+        self.icmp(IntPredicate::NE, v, zero)
+    }
+
+    pub(super) fn constant(&self, c: Const) -> V<'ctx> {
+        match c {
+            Const::Bool(b) => self.cx.bool_type().const_int(b as u64, false).into(),
+            Const::I32(v) => self.cx.i32_type().const_int(v as i64 as u64, true).into(),
+            Const::I64(v) => self.cx.i64_type().const_int(v as u64, true).into(),
+            Const::F32(v) => self.cx.f32_type().const_float(v as f64).into(),
+            Const::F64(v) => self.cx.f64_type().const_float(v).into(),
+        }
+    }
+
+    /// `<lanes x T>` with every lane `v`.
+    pub(super) fn broadcast(&mut self, v: V<'ctx>, lanes: u32) -> Res<VectorValue<'ctx>> {
+        if let V::VectorValue(x) = v {
+            return Ok(x);
+        }
+        let vt = v.get_type().vec_type_of(lanes)?;
+        let undef = vt.get_undef();
+        let i32t = self.cx.i32_type();
+        let one = self
+            .b
+            .build_insert_element(undef, v, i32t.const_zero(), "bc")?;
+        let zeros = i32t.vec_type(lanes).const_zero();
+        Ok(self.b.build_shuffle_vector(one, undef, zeros, "splat")?)
+    }
+
+    /// `v` broadcast to the shape of `like` (itself if `like` is a scalar).
+    fn splat_like(&mut self, like: V<'ctx>, v: V<'ctx>) -> Res<V<'ctx>> {
+        match like {
+            V::VectorValue(x) => Ok(self.broadcast(v, x.get_type().get_size())?.into()),
+            _ => Ok(v),
+        }
+    }
+
+    /// Broadcasts one operand if the other is a vector.
+    pub(super) fn unify(&mut self, x: V<'ctx>, y: V<'ctx>) -> Res<(V<'ctx>, V<'ctx>)> {
+        match (x, y) {
+            (V::VectorValue(a), V::VectorValue(b)) => {
+                if a.get_type().get_size() != b.get_type().get_size() {
+                    return Err(invalid("vectors of different lane counts".into()));
+                }
+                Ok((x, y))
+            }
+            (V::VectorValue(a), _) => Ok((x, self.broadcast(y, a.get_type().get_size())?.into())),
+            (_, V::VectorValue(b)) => Ok((self.broadcast(x, b.get_type().get_size())?.into(), y)),
+            _ => Ok((x, y)),
+        }
+    }
+
+    fn contract(&self, v: V<'ctx>) -> V<'ctx> {
+        if let Some(i) = v.as_instruction_value() {
+            // Only fails on instructions that take no flags, which these are not.
+            let _ = i.set_fast_math_flags(FastMathFlags::AllowContract);
+        }
+        v
+    }
+
+    fn binop(&mut self, op: BinOp, d: DType, x: V<'ctx>, y: V<'ctx>) -> Res<V<'ctx>> {
+        use inkwell::values::InstructionOpcode as O;
+        if d.is_float() {
+            let r = match op {
+                BinOp::Add => self.contract(self.b.build_binop(O::FAdd, x, y, "fadd")?),
+                BinOp::Sub => self.contract(self.b.build_binop(O::FSub, x, y, "fsub")?),
+                BinOp::Mul => self.contract(self.b.build_binop(O::FMul, x, y, "fmul")?),
+                BinOp::Div => self.b.build_binop(O::FDiv, x, y, "fdiv")?,
+                BinOp::Min => self.intrinsic("llvm.minnum", &[x.get_type()], &[x, y])?,
+                BinOp::Max => self.intrinsic("llvm.maxnum", &[x.get_type()], &[x, y])?,
+                BinOp::Mod => return Err(invalid("modulo of floats".into())),
+            };
+            return Ok(r);
+        }
+        if !d.is_int() {
+            return Err(invalid(format!("arithmetic on {d}")));
+        }
+        Ok(match op {
+            BinOp::Add => self.b.build_binop(O::Add, x, y, "add")?,
+            BinOp::Sub => self.b.build_binop(O::Sub, x, y, "sub")?,
+            BinOp::Mul => self.b.build_binop(O::Mul, x, y, "mul")?,
+            BinOp::Min => self.intrinsic("llvm.smin", &[x.get_type()], &[x, y])?,
+            BinOp::Max => self.intrinsic("llvm.smax", &[x.get_type()], &[x, y])?,
+            BinOp::Div | BinOp::Mod => self.floor_div_mod(op == BinOp::Div, x, y)?,
+        })
+    }
+
+    /// Floor division or modulo. A constant positive divisor (every index expression) needs
+    /// one fix-up for negative remainders; otherwise a divisor of 0 gives 0 and `MIN / -1`
+    /// wraps instead of trapping.
+    fn floor_div_mod(&mut self, div: bool, x: V<'ctx>, y: V<'ctx>) -> Res<V<'ctx>> {
+        use inkwell::values::InstructionOpcode as O;
+        let zero = self.splat_like(x, x.get_type().const_zero())?;
+        let const_pos = match y {
+            V::IntValue(c) => c.get_sign_extended_constant().is_some_and(|c| c > 0),
+            _ => false,
+        };
+        let (ys, guard) = if const_pos {
+            (y, None)
+        } else {
+            // y' = (y == 0 || y == -1) ? 1 : y; the two cases are patched below.
+            let one = self.splat_like(x, self.int_const_of(x, 1)?)?;
+            let m1 = self.splat_like(x, self.int_const_of(x, -1)?)?;
+            let is0 = self.icmp(IntPredicate::EQ, y, zero)?;
+            let ism1 = self.icmp(IntPredicate::EQ, y, m1)?;
+            let bad = self.b.build_binop(O::Or, is0, ism1, "bad")?;
+            (self.select(bad, one, y)?, Some((is0, ism1)))
+        };
+        let q = self.b.build_binop(O::SDiv, x, ys, "q")?;
+        let r = self.b.build_binop(O::SRem, x, ys, "r")?;
+        // Adjust when r != 0 and r, y have opposite signs.
+        let rnz = self.icmp(IntPredicate::NE, r, zero)?;
+        let sx = self.b.build_binop(O::Xor, r, ys, "sx")?;
+        let neg = self.icmp(IntPredicate::SLT, sx, zero)?;
+        let adj = self.b.build_binop(O::And, rnz, neg, "adj")?;
+        let mut out = if div {
+            let adj_i = self.b.build_cast(O::ZExt, adj, x.get_type(), "adj.i")?;
+            self.b.build_binop(O::Sub, q, adj_i, "floordiv")?
+        } else {
+            let plus = self.b.build_binop(O::Add, r, ys, "r.adj")?;
+            self.select(adj, plus, r)?
+        };
+        if let Some((is0, ism1)) = guard {
+            let neg_x = self.b.build_binop(O::Sub, zero, x, "negx")?;
+            let m1_val = if div { neg_x } else { zero };
+            out = self.select(ism1, m1_val, out)?;
+            out = self.select(is0, zero, out)?;
+        }
+        Ok(out)
+    }
+
+    fn int_const_of(&self, like: V<'ctx>, v: i64) -> Res<V<'ctx>> {
+        let t = match like.get_type() {
+            BasicTypeEnum::VectorType(vt) => vt.get_element_type(),
+            t => t,
+        };
+        match t {
+            BasicTypeEnum::IntType(it) => Ok(it.const_int(v as u64, true).into()),
+            _ => Err(invalid("integer operation on a non-integer".into())),
+        }
+    }
+
+    pub(super) fn icmp(&mut self, p: IntPredicate, x: V<'ctx>, y: V<'ctx>) -> Res<V<'ctx>> {
+        Ok(match (x, y) {
+            (V::IntValue(a), V::IntValue(b)) => self.b.build_int_compare(p, a, b, "icmp")?.into(),
+            (V::VectorValue(a), V::VectorValue(b)) => {
+                self.b.build_int_compare(p, a, b, "icmp")?.into()
+            }
+            _ => return Err(invalid("integer comparison of mismatched values".into())),
+        })
+    }
+
+    fn fcmp(&mut self, p: FloatPredicate, x: V<'ctx>, y: V<'ctx>) -> Res<V<'ctx>> {
+        Ok(match (x, y) {
+            (V::FloatValue(a), V::FloatValue(b)) => {
+                self.b.build_float_compare(p, a, b, "fcmp")?.into()
+            }
+            (V::VectorValue(a), V::VectorValue(b)) => {
+                self.b.build_float_compare(p, a, b, "fcmp")?.into()
+            }
+            _ => return Err(invalid("float comparison of mismatched values".into())),
+        })
+    }
+
+    fn cmp(&mut self, op: CmpOp, d: DType, x: V<'ctx>, y: V<'ctx>) -> Res<V<'ctx>> {
+        if d.is_float() {
+            // Ordered predicates, except `!=`, which is true on NaN as in Rust.
+            let p = match op {
+                CmpOp::Eq => FloatPredicate::OEQ,
+                CmpOp::Ne => FloatPredicate::UNE,
+                CmpOp::Lt => FloatPredicate::OLT,
+                CmpOp::Le => FloatPredicate::OLE,
+                CmpOp::Gt => FloatPredicate::OGT,
+                CmpOp::Ge => FloatPredicate::OGE,
+            };
+            return self.fcmp(p, x, y);
+        }
+        let unsigned = d == DType::Bool;
+        let p = match op {
+            CmpOp::Eq => IntPredicate::EQ,
+            CmpOp::Ne => IntPredicate::NE,
+            CmpOp::Lt if unsigned => IntPredicate::ULT,
+            CmpOp::Le if unsigned => IntPredicate::ULE,
+            CmpOp::Gt if unsigned => IntPredicate::UGT,
+            CmpOp::Ge if unsigned => IntPredicate::UGE,
+            CmpOp::Lt => IntPredicate::SLT,
+            CmpOp::Le => IntPredicate::SLE,
+            CmpOp::Gt => IntPredicate::SGT,
+            CmpOp::Ge => IntPredicate::SGE,
+        };
+        self.icmp(p, x, y)
+    }
+
+    /// `c ? t : f`, broadcasting as needed (a scalar condition may pick between vectors).
+    pub(super) fn select(&mut self, c: V<'ctx>, t: V<'ctx>, f: V<'ctx>) -> Res<V<'ctx>> {
+        let (t, f) = self.unify(t, f)?;
+        let (t, f, c) = match (c, t) {
+            (V::VectorValue(cv), V::VectorValue(_)) | (V::VectorValue(cv), _) => {
+                let n = cv.get_type().get_size();
+                let t = self.broadcast(t, n)?.into();
+                let f = self.broadcast(f, n)?.into();
+                (t, f, c)
+            }
+            _ => (t, f, c),
+        };
+        Ok(match c {
+            V::IntValue(ci) => self.b.build_select(ci, t, f, "sel")?,
+            V::VectorValue(cv) => self.b.build_select(cv, t, f, "sel")?,
+            _ => return Err(invalid("select condition is not a bool".into())),
+        })
+    }
+
+    /// A select whose branches load memory: only the taken branch's loads run.
+    fn lazy_select(&mut self, c: &Expr, t: &Expr, f: &Expr) -> Res<V<'ctx>> {
+        let cv = self.expr(c)?;
+        if let (V::VectorValue(cm), Some(ctx)) = (cv, self.vec) {
+            // Varying condition: each branch under its own lane mask.
+            let not_c = self.not_mask(cm)?;
+            let m_then = self.and_mask(ctx.mask, cm)?;
+            let m_else = self.and_mask(ctx.mask, not_c)?;
+            self.set_mask(Some(m_then));
+            let tv = self.expr(t);
+            self.set_mask(Some(m_else));
+            let fv = tv.and_then(|tv| Ok((tv, self.expr(f)?)));
+            self.set_mask(ctx.mask);
+            let (tv, fv) = fv?;
+            return self.select(cv, tv, fv);
+        }
+        let V::IntValue(ci) = cv else {
+            return Err(invalid("select condition is not a bool".into()));
+        };
+        let then_bb = self.new_block("sel.t");
+        let else_bb = self.new_block("sel.f");
+        let merge = self.new_block("sel.end");
+        self.b.build_conditional_branch(ci, then_bb, else_bb)?;
+        self.b.position_at_end(then_bb);
+        let mut tv = self.expr(t)?;
+        let mut t_end = self.current_block()?;
+        self.b.position_at_end(else_bb);
+        let mut fv = self.expr(f)?;
+        let mut f_end = self.current_block()?;
+        // Branches of different shapes: broadcast the scalar one in its own block.
+        let lanes = match (tv, fv) {
+            (V::VectorValue(v), _) | (_, V::VectorValue(v)) => Some(v.get_type().get_size()),
+            _ => None,
+        };
+        if let Some(n) = lanes {
+            self.b.position_at_end(t_end);
+            tv = self.broadcast(tv, n)?.into();
+            t_end = self.current_block()?;
+            self.b.position_at_end(f_end);
+            fv = self.broadcast(fv, n)?.into();
+            f_end = self.current_block()?;
+        }
+        self.b.position_at_end(t_end);
+        self.b.build_unconditional_branch(merge)?;
+        self.b.position_at_end(f_end);
+        self.b.build_unconditional_branch(merge)?;
+        self.b.position_at_end(merge);
+        let phi = self.b.build_phi(tv.get_type(), "sel")?;
+        phi.add_incoming(&[(&tv, t_end), (&fv, f_end)]);
+        Ok(phi.as_basic_value())
+    }
+
+    fn cast(&mut self, x: V<'ctx>, from: DType, to: DType) -> Res<V<'ctx>> {
+        use inkwell::values::InstructionOpcode as O;
+        if from == to {
+            return Ok(x);
+        }
+        let lanes = match x {
+            V::VectorValue(v) => Some(v.get_type().get_size()),
+            _ => None,
+        };
+        let ty = |g: &Self, d: DType| -> Res<BasicTypeEnum<'ctx>> {
+            let s = g.scalar_ty(d);
+            Ok(match lanes {
+                Some(n) => s.vec_type_of(n)?.into(),
+                None => s,
+            })
+        };
+        let to_ty = ty(self, to)?;
+        if to == DType::Bool {
+            let zero = self.splat_like(x, self.scalar_ty(from).const_zero())?;
+            return if from.is_float() {
+                self.fcmp(FloatPredicate::UNE, x, zero)
+            } else {
+                self.icmp(IntPredicate::NE, x, zero)
+            };
+        }
+        let op = match (from, to) {
+            (DType::Bool, t) if t.is_int() => O::ZExt,
+            (DType::Bool, _) => O::UIToFP,
+            (f, t) if f.is_int() && t.is_int() => {
+                if f.bytes() < t.bytes() {
+                    O::SExt
+                } else {
+                    O::Trunc
+                }
+            }
+            (f, t) if f.is_int() && t.is_float() => O::SIToFP,
+            (f, t) if f.is_float() && t.is_float() => {
+                if f.bytes() < t.bytes() {
+                    O::FPExt
+                } else {
+                    O::FPTrunc
+                }
+            }
+            (f, t) if f.is_float() && t.is_int() => {
+                let from_ty = x.get_type();
+                return self.intrinsic("llvm.fptosi.sat", &[to_ty, from_ty], &[x]);
+            }
+            _ => return Err(invalid(format!("cast from {from} to {to}"))),
+        };
+        Ok(self.b.build_cast(op, x, to_ty, "cast")?)
+    }
+
+    fn call(&mut self, f: Intr, d: DType, x: V<'ctx>) -> Res<V<'ctx>> {
+        let t = x.get_type();
+        match f {
+            Intr::Abs if d.is_int() => {
+                let no_poison = self.cx.bool_type().const_zero().into();
+                self.intrinsic("llvm.abs", &[t], &[x, no_poison])
+            }
+            _ if !d.is_float() => Err(invalid(format!("{} of {d}", f.name()))),
+            Intr::Abs => self.intrinsic("llvm.fabs", &[t], &[x]),
+            Intr::Exp => self.intrinsic("llvm.exp", &[t], &[x]),
+            Intr::Log => self.intrinsic("llvm.log", &[t], &[x]),
+            Intr::Sqrt => self.intrinsic("llvm.sqrt", &[t], &[x]),
+            Intr::Tanh => {
+                let name = if d == DType::F32 { "tanhf" } else { "tanh" };
+                self.libm_call(name, self.scalar_ty(d), x)
+            }
+        }
+    }
+
+    /// Calls a one-argument C math function, lane by lane for vectors.
+    fn libm_call(&mut self, name: &str, ty: BasicTypeEnum<'ctx>, x: V<'ctx>) -> Res<V<'ctx>> {
+        let f = match self.module.get_function(name) {
+            Some(f) => f,
+            None => {
+                let fn_ty = ty.fn_type(&[ty.into()], false);
+                self.module
+                    .add_function(name, fn_ty, Some(inkwell::module::Linkage::External))
+            }
+        };
+        match x {
+            V::VectorValue(v) => {
+                let n = v.get_type().get_size();
+                let mut out = v.get_type().get_undef();
+                for l in 0..n {
+                    let li = self.cx.i32_type().const_int(l as u64, false);
+                    let e = self.b.build_extract_element(v, li, "lane")?;
+                    let r = self.b.build_call(f, &[e.into()], name)?;
+                    let r = self.basic(r)?;
+                    out = self.b.build_insert_element(out, r, li, "lanes")?;
+                }
+                Ok(out.into())
+            }
+            _ => {
+                let r = self.b.build_call(f, &[x.into()], name)?;
+                self.basic(r)
+            }
+        }
+    }
+
+    /// Calls an overloaded LLVM intrinsic.
+    pub(super) fn intrinsic(
+        &mut self,
+        name: &str,
+        overloads: &[BasicTypeEnum<'ctx>],
+        args: &[V<'ctx>],
+    ) -> Res<V<'ctx>> {
+        let i = Intrinsic::find(name)
+            .ok_or_else(|| CodegenError::Llvm(format!("no intrinsic {name}")))?;
+        let f = i
+            .get_declaration(self.module, overloads)
+            .ok_or_else(|| CodegenError::Llvm(format!("cannot declare {name}")))?;
+        let args: Vec<BasicMetadataValueEnum> = args.iter().map(|a| (*a).into()).collect();
+        let c = self.b.build_call(f, &args, "call")?;
+        match c.try_as_basic_value() {
+            inkwell::values::ValueKind::Basic(v) => Ok(v),
+            // Void intrinsics (masked stores) return a placeholder the caller ignores.
+            _ => Ok(self.cx.bool_type().const_zero().into()),
+        }
+    }
+}
+
+/// Small conversions inkwell leaves out.
+pub(super) trait TypeExt<'ctx> {
+    /// `<n x self>`.
+    fn vec_type_of(self, n: u32) -> Res<inkwell::types::VectorType<'ctx>>;
+}
+
+impl<'ctx> TypeExt<'ctx> for BasicTypeEnum<'ctx> {
+    fn vec_type_of(self, n: u32) -> Res<inkwell::types::VectorType<'ctx>> {
+        Ok(match self {
+            BasicTypeEnum::IntType(t) => t.vec_type(n),
+            BasicTypeEnum::FloatType(t) => t.vec_type(n),
+            BasicTypeEnum::PointerType(t) => t.vec_type(n),
+            _ => return Err(invalid("vector of a non-scalar type".into())),
+        })
+    }
+}

@@ -1,0 +1,796 @@
+//! Statements: the kernel's entry points, loops (serial, unrolled, parallel, vectorized),
+//! allocations, conditionals and scalar stores.
+//!
+//! Parallel loops are outlined in two functions: a *body* that takes every buffer pointer it
+//! uses as a `noalias align 64` parameter (so alias analysis inside it is as good as in the
+//! kernel), every enclosing loop variable, the runtime table and an iteration range; and a
+//! *trampoline* of the ABI's `body(closure, begin, end)` type that unpacks a closure struct
+//! the caller filled on its stack and calls the body (O3 inlines the one into the other,
+//! turning `noalias` into scoped alias metadata).
+
+use super::super::{CodegenError, CodegenOptions, HostTarget};
+use inkwell::attributes::{Attribute, AttributeLoc};
+use inkwell::basic_block::BasicBlock;
+use inkwell::builder::Builder;
+use inkwell::context::Context;
+use inkwell::module::{Linkage, Module};
+use inkwell::types::{BasicMetadataTypeEnum, BasicType, BasicTypeEnum, StructType};
+use inkwell::values::{
+    BasicMetadataValueEnum, BasicValueEnum, FunctionValue, IntValue, PointerValue, VectorValue,
+};
+use inkwell::AddressSpace;
+use inkwell::IntPredicate;
+use tensortune_schedules::ir::{BufKind, ForKind, LoweredFunc, Scope, Stmt};
+use tensortune_schedules::{BufId, DType, Expr, Var};
+
+pub(super) type Res<T> = Result<T, CodegenError>;
+
+/// The function being emitted (the kernel or an outlined body).
+#[derive(Clone, Copy)]
+pub(super) struct FnState<'ctx> {
+    pub function: FunctionValue<'ctx>,
+    /// Entry block; stack temporaries are allocated before its terminator.
+    pub entry: BasicBlock<'ctx>,
+    /// The runtime table argument.
+    pub rt: PointerValue<'ctx>,
+    /// Bytes of stack temporaries so far.
+    pub stack_bytes: u64,
+}
+
+/// Inside a vectorized loop.
+#[derive(Clone, Copy)]
+pub(super) struct VecCtx<'ctx> {
+    /// Id of the vectorized loop variable.
+    pub var: u32,
+    /// Lane count (the loop's extent).
+    pub lanes: u32,
+    /// Active lanes under the enclosing varying conditions; `None` means all.
+    pub mask: Option<VectorValue<'ctx>>,
+}
+
+/// Emitter state for one module.
+pub(super) struct Gen<'ctx, 'f> {
+    pub cx: &'ctx Context,
+    pub module: &'f Module<'ctx>,
+    pub b: Builder<'ctx>,
+    pub func: &'f LoweredFunc,
+    pub opts: &'f CodegenOptions,
+    pub host: &'f HostTarget,
+    pub cur: FnState<'ctx>,
+    /// Pointer of each live buffer, by `BufId`.
+    pub bufs: Vec<Option<PointerValue<'ctx>>>,
+    /// Value of each bound loop variable, by var id: an i64, or `<lanes x i64>` for the
+    /// vectorized variable.
+    pub vars: Vec<Option<BasicValueEnum<'ctx>>>,
+    pub vec: Option<VecCtx<'ctx>>,
+    /// Emitting an outlined parallel body: nested parallel loops run serially.
+    pub in_parallel: bool,
+    outlined: u32,
+}
+
+/// Emits `NAME` and `NAME_packed` for `func` into `module`.
+pub(super) fn emit_kernel<'ctx>(
+    cx: &'ctx Context,
+    module: &Module<'ctx>,
+    func: &LoweredFunc,
+    opts: &CodegenOptions,
+    host: &HostTarget,
+) -> Res<()> {
+    for &p in &func.params {
+        let decl = func.buffers.get(p.0 as usize).ok_or_else(|| {
+            CodegenError::InvalidIr(format!("parameter buffer {} undeclared", p.0))
+        })?;
+        if matches!(decl.kind, BufKind::Temp) {
+            return Err(CodegenError::InvalidIr(format!(
+                "temporary `{}` is a parameter",
+                decl.name
+            )));
+        }
+    }
+    let ptr = cx.ptr_type(AddressSpace::default());
+    let i32t = cx.i32_type();
+    let mut params: Vec<BasicMetadataTypeEnum> = func.params.iter().map(|_| ptr.into()).collect();
+    params.push(ptr.into());
+    let kernel = module.add_function(
+        &func.name,
+        i32t.fn_type(&params, false),
+        Some(Linkage::External),
+    );
+    let entry = cx.append_basic_block(kernel, "entry");
+    let body = cx.append_basic_block(kernel, "body");
+    let b = cx.create_builder();
+    b.position_at_end(entry);
+    b.build_unconditional_branch(body)?;
+    b.position_at_end(body);
+    let rt = kernel
+        .get_nth_param(func.params.len() as u32)
+        .ok_or_else(|| CodegenError::Llvm("missing runtime parameter".into()))?
+        .into_pointer_value();
+    let mut g = Gen {
+        cx,
+        module,
+        b,
+        func,
+        opts,
+        host,
+        cur: FnState {
+            function: kernel,
+            entry,
+            rt,
+            stack_bytes: 0,
+        },
+        bufs: vec![None; func.buffers.len()],
+        vars: vec![None; func.num_vars as usize],
+        vec: None,
+        in_parallel: false,
+        outlined: 0,
+    };
+    g.set_fn_attrs(kernel);
+    for (i, &p) in func.params.iter().enumerate() {
+        let bytes = g.buffer_bytes(p)?;
+        g.set_buffer_param_attrs(kernel, i as u32, Some(bytes));
+        let v = kernel
+            .get_nth_param(i as u32)
+            .ok_or_else(|| CodegenError::Llvm("missing parameter".into()))?;
+        g.bufs[p.0 as usize] = Some(v.into_pointer_value());
+    }
+    g.stmt(&func.body)?;
+    g.b.build_return(Some(&i32t.const_zero()))?;
+
+    // NAME_packed(void *const *args, const tt_runtime *rt)
+    let packed = module.add_function(
+        &format!("{}_packed", func.name),
+        i32t.fn_type(&[ptr.into(), ptr.into()], false),
+        Some(Linkage::External),
+    );
+    g.set_fn_attrs(packed);
+    let e = cx.append_basic_block(packed, "entry");
+    g.b.position_at_end(e);
+    let args = packed
+        .get_nth_param(0)
+        .ok_or_else(|| CodegenError::Llvm("missing parameter".into()))?
+        .into_pointer_value();
+    let rtp = packed
+        .get_nth_param(1)
+        .ok_or_else(|| CodegenError::Llvm("missing parameter".into()))?;
+    let mut call_args: Vec<BasicMetadataValueEnum> = Vec::new();
+    for i in 0..func.params.len() {
+        // SAFETY (LLVM-level): the packed ABI passes one pointer per parameter.
+        let slot = unsafe {
+            g.b.build_in_bounds_gep(
+                ptr,
+                args,
+                &[cx.i64_type().const_int(i as u64, false)],
+                "arg.slot",
+            )?
+        };
+        call_args.push(g.b.build_load(ptr, slot, "arg")?.into());
+    }
+    call_args.push(rtp.into());
+    let r = g.b.build_call(kernel, &call_args, "r")?;
+    let r = g.basic(r)?;
+    g.b.build_return(Some(&r))?;
+    Ok(())
+}
+
+impl<'ctx> Gen<'ctx, '_> {
+    /// Target and vector-width attributes, on every function we emit.
+    pub(super) fn set_fn_attrs(&self, f: FunctionValue<'ctx>) {
+        let s = |k: &str, v: &str| self.cx.create_string_attribute(k, v);
+        f.add_attribute(AttributeLoc::Function, s("target-cpu", &self.host.cpu));
+        f.add_attribute(
+            AttributeLoc::Function,
+            s("target-features", &self.host.features),
+        );
+        let width = self.host.vector_bits.to_string();
+        f.add_attribute(AttributeLoc::Function, s("prefer-vector-width", &width));
+        f.add_attribute(AttributeLoc::Function, s("min-legal-vector-width", &width));
+        f.add_attribute(AttributeLoc::Function, self.enum_attr("nounwind", 0));
+    }
+
+    fn enum_attr(&self, name: &str, val: u64) -> Attribute {
+        let kind = Attribute::get_named_enum_kind_id(name);
+        self.cx.create_enum_attribute(kind, val)
+    }
+
+    fn set_buffer_param_attrs(&self, f: FunctionValue<'ctx>, i: u32, bytes: Option<u64>) {
+        let loc = AttributeLoc::Param(i);
+        f.add_attribute(loc, self.enum_attr("noalias", 0));
+        f.add_attribute(loc, self.enum_attr("nocapture", 0));
+        f.add_attribute(loc, self.enum_attr("align", 64));
+        if let Some(n) = bytes.filter(|&n| n > 0) {
+            f.add_attribute(loc, self.enum_attr("dereferenceable", n));
+        }
+    }
+
+    /// Size in bytes of a buffer as laid out in memory.
+    pub(super) fn buffer_bytes(&self, id: BufId) -> Res<u64> {
+        let d = self.decl(id)?;
+        let n = d.size();
+        if n < 0 {
+            return Err(CodegenError::InvalidIr(format!(
+                "buffer `{}` has a negative size",
+                d.name
+            )));
+        }
+        (n as u64)
+            .checked_mul(self.mem_bytes(d.dtype))
+            .ok_or_else(|| CodegenError::Unsupported(format!("buffer `{}` is too large", d.name)))
+    }
+
+    pub(super) fn decl(&self, id: BufId) -> Res<&tensortune_schedules::ir::BufferDecl> {
+        self.func
+            .buffers
+            .get(id.0 as usize)
+            .ok_or_else(|| CodegenError::InvalidIr(format!("buffer {} undeclared", id.0)))
+    }
+
+    /// The pointer of a live buffer.
+    pub(super) fn buf_ptr(&self, id: BufId) -> Res<PointerValue<'ctx>> {
+        self.bufs
+            .get(id.0 as usize)
+            .copied()
+            .flatten()
+            .ok_or_else(|| {
+                let name = self
+                    .func
+                    .buffers
+                    .get(id.0 as usize)
+                    .map(|b| b.name.as_str())
+                    .unwrap_or("?");
+                CodegenError::InvalidIr(format!("buffer `{name}` used outside its allocation"))
+            })
+    }
+
+    /// A call's result as a value.
+    pub(super) fn basic(
+        &self,
+        c: inkwell::values::CallSiteValue<'ctx>,
+    ) -> Res<BasicValueEnum<'ctx>> {
+        match c.try_as_basic_value() {
+            inkwell::values::ValueKind::Basic(v) => Ok(v),
+            _ => Err(CodegenError::Llvm("call returns no value".into())),
+        }
+    }
+
+    pub(super) fn bind_var(&mut self, v: &Var, val: Option<BasicValueEnum<'ctx>>) {
+        let i = v.id as usize;
+        if i >= self.vars.len() {
+            self.vars.resize(i + 1, None);
+        }
+        self.vars[i] = val;
+    }
+
+    pub(super) fn new_block(&self, name: &str) -> BasicBlock<'ctx> {
+        self.cx.append_basic_block(self.cur.function, name)
+    }
+
+    pub(super) fn stmt(&mut self, s: &Stmt) -> Res<()> {
+        match s {
+            Stmt::Seq(v) => v.iter().try_for_each(|s| self.stmt(s)),
+            Stmt::Store { buf, index, value } => {
+                if self.vec.is_some() {
+                    self.vstore(*buf, index, value)
+                } else {
+                    self.store(*buf, index, value)
+                }
+            }
+            Stmt::For {
+                var,
+                extent,
+                kind,
+                body,
+            } => self.for_loop(var, *extent, *kind, body),
+            Stmt::Allocate { buf, body } => self.allocate(*buf, body),
+            Stmt::If {
+                cond,
+                then,
+                otherwise,
+            } => {
+                if self.vec.is_some() {
+                    self.vif(cond, then, otherwise.as_deref())
+                } else {
+                    self.sif(cond, then, otherwise.as_deref())
+                }
+            }
+            Stmt::Sync => Ok(()),
+        }
+    }
+
+    fn store(&mut self, buf: BufId, index: &Expr, value: &Expr) -> Res<()> {
+        let dtype = self.decl(buf)?.dtype;
+        let v = self.expr(value)?;
+        if value.dtype() != dtype {
+            return Err(CodegenError::InvalidIr(format!(
+                "store of {} into a {dtype} buffer",
+                value.dtype()
+            )));
+        }
+        let v = self.to_mem(v, dtype)?;
+        let ptr = self.elem_ptr(buf, index)?;
+        let st = self.b.build_store(ptr, v)?;
+        st.set_alignment(self.mem_bytes(dtype) as u32)
+            .map_err(|e| CodegenError::Llvm(e.to_string()))?;
+        Ok(())
+    }
+
+    /// Address of `buf[index]` for a scalar index.
+    pub(super) fn elem_ptr(&mut self, buf: BufId, index: &Expr) -> Res<PointerValue<'ctx>> {
+        let base = self.buf_ptr(buf)?;
+        let ty = self.mem_ty(self.decl(buf)?.dtype);
+        let idx = self.index(index)?;
+        // SAFETY (LLVM-level): indices are in bounds by the IR's invariant.
+        Ok(unsafe { self.b.build_in_bounds_gep(ty, base, &[idx], "p")? })
+    }
+
+    /// A scalar index as i64.
+    pub(super) fn index(&mut self, index: &Expr) -> Res<IntValue<'ctx>> {
+        let v = self.expr(index)?;
+        let BasicValueEnum::IntValue(i) = v else {
+            return Err(CodegenError::InvalidIr(format!(
+                "index `{index}` is not a scalar integer"
+            )));
+        };
+        if i.get_type().get_bit_width() == 64 {
+            Ok(i)
+        } else {
+            Ok(self.b.build_int_s_extend(i, self.cx.i64_type(), "idx")?)
+        }
+    }
+
+    fn for_loop(&mut self, var: &Var, extent: i64, kind: ForKind, body: &Stmt) -> Res<()> {
+        if extent < 1 {
+            return Err(CodegenError::InvalidIr(format!(
+                "loop `{}` has extent {extent}",
+                var.name
+            )));
+        }
+        if self.vec.is_some() {
+            return Err(CodegenError::InvalidIr(format!(
+                "loop `{}` inside a vectorized loop",
+                var.name
+            )));
+        }
+        match kind {
+            ForKind::Unrolled if extent <= self.opts.max_unroll => {
+                for i in 0..extent {
+                    let c = self.cx.i64_type().const_int(i as u64, true);
+                    self.bind_var(var, Some(c.into()));
+                    self.stmt(body)?;
+                }
+                self.bind_var(var, None);
+                Ok(())
+            }
+            ForKind::Parallel if !self.in_parallel && extent > 1 => {
+                self.parallel_loop(var, extent, body)
+            }
+            ForKind::Vectorized
+                if extent <= self.opts.max_vector_lanes
+                    && super::vector::can_vectorize(body, var.id) =>
+            {
+                self.vector_loop(var, extent as u32, body)
+            }
+            _ => self.serial_loop(var, extent, body),
+        }
+    }
+
+    /// `for var in 0..extent` as a bottom-tested loop (extent >= 1).
+    fn serial_loop(&mut self, var: &Var, extent: i64, body: &Stmt) -> Res<()> {
+        let i64t = self.cx.i64_type();
+        let pre = self.current_block()?;
+        let header = self.new_block(&format!("{}.loop", var.name));
+        let exit = self.new_block(&format!("{}.end", var.name));
+        self.b.build_unconditional_branch(header)?;
+        self.b.position_at_end(header);
+        let phi = self.b.build_phi(i64t, &var.name)?;
+        phi.add_incoming(&[(&i64t.const_zero(), pre)]);
+        self.bind_var(var, Some(phi.as_basic_value()));
+        self.stmt(body)?;
+        let i = phi.as_basic_value().into_int_value();
+        let next = self.b.build_int_add(i, i64t.const_int(1, false), "next")?;
+        let latch = self.current_block()?;
+        phi.add_incoming(&[(&next, latch)]);
+        let more = self.b.build_int_compare(
+            IntPredicate::SLT,
+            next,
+            i64t.const_int(extent as u64, true),
+            "more",
+        )?;
+        self.b.build_conditional_branch(more, header, exit)?;
+        self.b.position_at_end(exit);
+        self.bind_var(var, None);
+        Ok(())
+    }
+
+    fn vector_loop(&mut self, var: &Var, lanes: u32, body: &Stmt) -> Res<()> {
+        let i64t = self.cx.i64_type();
+        let ramp: Vec<IntValue> = (0..lanes)
+            .map(|l| i64t.const_int(l as u64, false))
+            .collect();
+        self.bind_var(
+            var,
+            Some(inkwell::types::VectorType::const_vector(&ramp).into()),
+        );
+        self.vec = Some(VecCtx {
+            var: var.id,
+            lanes,
+            mask: None,
+        });
+        let r = self.stmt(body);
+        self.vec = None;
+        self.bind_var(var, None);
+        r
+    }
+
+    pub(super) fn current_block(&self) -> Res<BasicBlock<'ctx>> {
+        self.b
+            .get_insert_block()
+            .ok_or_else(|| CodegenError::Llvm("builder is not positioned".into()))
+    }
+
+    fn sif(&mut self, cond: &Expr, then: &Stmt, otherwise: Option<&Stmt>) -> Res<()> {
+        let c = self.expr(cond)?;
+        let BasicValueEnum::IntValue(c) = c else {
+            return Err(CodegenError::InvalidIr(format!(
+                "condition `{cond}` is not a scalar bool"
+            )));
+        };
+        let then_bb = self.new_block("then");
+        let merge = self.new_block("endif");
+        let else_bb = if otherwise.is_some() {
+            self.new_block("else")
+        } else {
+            merge
+        };
+        self.b.build_conditional_branch(c, then_bb, else_bb)?;
+        self.b.position_at_end(then_bb);
+        self.stmt(then)?;
+        self.b.build_unconditional_branch(merge)?;
+        if let Some(o) = otherwise {
+            self.b.position_at_end(else_bb);
+            self.stmt(o)?;
+            self.b.build_unconditional_branch(merge)?;
+        }
+        self.b.position_at_end(merge);
+        Ok(())
+    }
+
+    /// Returns `code` from the current function unless it is 0.
+    fn return_on_error(&mut self, code: IntValue<'ctx>) -> Res<()> {
+        let ok = self.b.build_int_compare(
+            IntPredicate::EQ,
+            code,
+            self.cx.i32_type().const_zero(),
+            "ok",
+        )?;
+        let fail = self.new_block("fail");
+        let cont = self.new_block("cont");
+        self.b.build_conditional_branch(ok, cont, fail)?;
+        self.b.position_at_end(fail);
+        self.b.build_return(Some(&code))?;
+        self.b.position_at_end(cont);
+        Ok(())
+    }
+
+    fn rt_type(&self) -> StructType<'ctx> {
+        let ptr = self.cx.ptr_type(AddressSpace::default());
+        self.cx
+            .struct_type(&[ptr.into(), ptr.into(), ptr.into(), ptr.into()], false)
+    }
+
+    /// Loads field `i` of the runtime table (see `TtRuntime`).
+    fn rt_field(&mut self, i: u32) -> Res<PointerValue<'ctx>> {
+        let ty = self.rt_type();
+        let p = self.b.build_struct_gep(ty, self.cur.rt, i, "rt.field")?;
+        let ptr = self.cx.ptr_type(AddressSpace::default());
+        Ok(self.b.build_load(ptr, p, "rt.fn")?.into_pointer_value())
+    }
+
+    fn allocate(&mut self, buf: BufId, body: &Stmt) -> Res<()> {
+        let decl = self.decl(buf)?.clone();
+        if !matches!(decl.kind, BufKind::Temp) {
+            return Err(CodegenError::InvalidIr(format!(
+                "allocate of parameter `{}`",
+                decl.name
+            )));
+        }
+        let bytes = self.buffer_bytes(buf)?;
+        let on_stack = decl.scope != Scope::Global
+            && bytes <= self.opts.max_stack_alloc_bytes
+            && self.cur.stack_bytes + bytes <= self.opts.max_stack_bytes;
+        let i = buf.0 as usize;
+        if self.bufs[i].is_some() {
+            return Err(CodegenError::InvalidIr(format!(
+                "`{}` allocated twice",
+                decl.name
+            )));
+        }
+        if on_stack {
+            let ty = self.mem_ty(decl.dtype);
+            let n = decl.size().max(1) as u32;
+            let at = self.cx.create_builder();
+            match self.cur.entry.get_terminator() {
+                Some(t) => at.position_before(&t),
+                None => at.position_at_end(self.cur.entry),
+            }
+            let arr = ty.array_type(n);
+            let p = at.build_alloca(arr, &decl.name)?;
+            if let Some(inst) = p.as_instruction() {
+                inst.set_alignment(64)
+                    .map_err(|e| CodegenError::Llvm(e.to_string()))?;
+            }
+            self.cur.stack_bytes += bytes;
+            self.bufs[i] = Some(p);
+            self.stmt(body)?;
+            self.bufs[i] = None;
+            return Ok(());
+        }
+        let ptr = self.cx.ptr_type(AddressSpace::default());
+        let i64t = self.cx.i64_type();
+        let alloc_fn = self.rt_field(1)?;
+        let alloc_ty = ptr.fn_type(&[ptr.into(), i64t.into()], false);
+        let rt = self.cur.rt;
+        let p = self.b.build_indirect_call(
+            alloc_ty,
+            alloc_fn,
+            &[rt.into(), i64t.const_int(bytes, false).into()],
+            &decl.name,
+        )?;
+        let p = self.basic(p)?.into_pointer_value();
+        let is_null = self.b.build_is_null(p, "oom")?;
+        let code = self
+            .b
+            .build_select(
+                is_null,
+                self.cx.i32_type().const_int(1, false),
+                self.cx.i32_type().const_zero(),
+                "code",
+            )?
+            .into_int_value();
+        self.return_on_error(code)?;
+        self.bufs[i] = Some(p);
+        self.stmt(body)?;
+        self.bufs[i] = None;
+        let free_fn = self.rt_field(2)?;
+        let free_ty = self
+            .cx
+            .void_type()
+            .fn_type(&[ptr.into(), ptr.into()], false);
+        self.b
+            .build_indirect_call(free_ty, free_fn, &[rt.into(), p.into()], "")?;
+        Ok(())
+    }
+
+    /// Outlines `for var in 0..extent: body` and runs it through `rt->parallel_for`.
+    fn parallel_loop(&mut self, var: &Var, extent: i64, body: &Stmt) -> Res<()> {
+        let cx = self.cx;
+        let ptr = cx.ptr_type(AddressSpace::default());
+        let i64t = cx.i64_type();
+        let i32t = cx.i32_type();
+        let cap_bufs: Vec<(usize, PointerValue<'ctx>)> = self
+            .bufs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| p.map(|p| (i, p)))
+            .collect();
+        let mut cap_vars: Vec<(usize, IntValue<'ctx>)> = Vec::new();
+        for (i, v) in self.vars.iter().enumerate() {
+            match v {
+                Some(BasicValueEnum::IntValue(x)) => cap_vars.push((i, *x)),
+                Some(_) => return Err(CodegenError::InvalidIr("vector variable captured".into())),
+                None => {}
+            }
+        }
+        let k = self.outlined;
+        self.outlined += 1;
+        let name = format!("{}_par{k}", self.func.name);
+
+        // body(bufs..., vars..., rt, begin, end)
+        let mut body_params: Vec<BasicMetadataTypeEnum> =
+            cap_bufs.iter().map(|_| ptr.into()).collect();
+        body_params.extend(cap_vars.iter().map(|_| BasicMetadataTypeEnum::from(i64t)));
+        body_params.extend([BasicMetadataTypeEnum::from(ptr), i64t.into(), i64t.into()]);
+        let body_fn = self.module.add_function(
+            &format!("{name}_body"),
+            i32t.fn_type(&body_params, false),
+            Some(Linkage::Internal),
+        );
+        self.set_fn_attrs(body_fn);
+        for (j, (bi, _)) in cap_bufs.iter().enumerate() {
+            let bytes = self.buffer_bytes(BufId(*bi as u32)).ok();
+            self.set_buffer_param_attrs(body_fn, j as u32, bytes);
+        }
+
+        // The closure: { ptr x nbufs, i64 x nvars, ptr rt }.
+        let mut fields: Vec<BasicTypeEnum> = cap_bufs.iter().map(|_| ptr.into()).collect();
+        fields.extend(cap_vars.iter().map(|_| BasicTypeEnum::from(i64t)));
+        fields.push(ptr.into());
+        let closure_ty = cx.struct_type(&fields, false);
+
+        // Trampoline of the ABI type.
+        let tramp = self.module.add_function(
+            &name,
+            i32t.fn_type(&[ptr.into(), i64t.into(), i64t.into()], false),
+            Some(Linkage::Internal),
+        );
+        self.set_fn_attrs(tramp);
+        {
+            let tb = cx.create_builder();
+            let e = cx.append_basic_block(tramp, "entry");
+            tb.position_at_end(e);
+            let param = |i: u32| {
+                tramp
+                    .get_nth_param(i)
+                    .ok_or_else(|| CodegenError::Llvm("missing parameter".into()))
+            };
+            let clo = param(0)?.into_pointer_value();
+            let mut args: Vec<BasicMetadataValueEnum> = Vec::new();
+            for (j, f) in fields.iter().enumerate() {
+                let p = tb.build_struct_gep(closure_ty, clo, j as u32, "cap")?;
+                args.push(tb.build_load(*f, p, "cap")?.into());
+            }
+            args.push(param(1)?.into());
+            args.push(param(2)?.into());
+            let r = tb.build_call(body_fn, &args, "r")?;
+            let r = self.basic(r)?;
+            tb.build_return(Some(&r))?;
+        }
+
+        // Caller side: fill the closure, call parallel_for, propagate its status.
+        let at = cx.create_builder();
+        match self.cur.entry.get_terminator() {
+            Some(t) => at.position_before(&t),
+            None => at.position_at_end(self.cur.entry),
+        }
+        let clo = at.build_alloca(closure_ty, "closure")?;
+        let mut values: Vec<BasicValueEnum> = cap_bufs.iter().map(|(_, p)| (*p).into()).collect();
+        values.extend(cap_vars.iter().map(|(_, v)| BasicValueEnum::from(*v)));
+        values.push(self.cur.rt.into());
+        for (j, v) in values.iter().enumerate() {
+            let p = self.b.build_struct_gep(closure_ty, clo, j as u32, "cap")?;
+            self.b.build_store(p, *v)?;
+        }
+        let pf = self.rt_field(0)?;
+        let pf_ty = i32t.fn_type(&[ptr.into(), i64t.into(), ptr.into(), ptr.into()], false);
+        let tramp_ptr = tramp.as_global_value().as_pointer_value();
+        let rt = self.cur.rt;
+        let code = self.b.build_indirect_call(
+            pf_ty,
+            pf,
+            &[
+                rt.into(),
+                i64t.const_int(extent as u64, true).into(),
+                tramp_ptr.into(),
+                clo.into(),
+            ],
+            "par",
+        )?;
+        let code = self.basic(code)?.into_int_value();
+        let resume = self.current_block()?;
+
+        // Emit the body function with its own environment.
+        let saved = (
+            self.cur,
+            self.bufs.clone(),
+            self.vars.clone(),
+            self.in_parallel,
+        );
+        let entry = cx.append_basic_block(body_fn, "entry");
+        let start = cx.append_basic_block(body_fn, "start");
+        self.b.position_at_end(entry);
+        self.b.build_unconditional_branch(start)?;
+        self.b.position_at_end(start);
+        let param = |i: usize| {
+            body_fn
+                .get_nth_param(i as u32)
+                .ok_or_else(|| CodegenError::Llvm("missing parameter".into()))
+        };
+        self.bufs = vec![None; self.bufs.len()];
+        for (j, (bi, _)) in cap_bufs.iter().enumerate() {
+            self.bufs[*bi] = Some(param(j)?.into_pointer_value());
+        }
+        self.vars = vec![None; self.vars.len()];
+        for (j, (vi, _)) in cap_vars.iter().enumerate() {
+            self.vars[*vi] = Some(param(cap_bufs.len() + j)?);
+        }
+        let base = cap_bufs.len() + cap_vars.len();
+        self.cur = FnState {
+            function: body_fn,
+            entry,
+            rt: param(base)?.into_pointer_value(),
+            stack_bytes: 0,
+        };
+        self.in_parallel = true;
+        let begin = param(base + 1)?.into_int_value();
+        let end = param(base + 2)?.into_int_value();
+        let r = self.range_loop(var, begin, end, body);
+        let r = r.and_then(|()| Ok(self.b.build_return(Some(&i32t.const_zero())).map(|_| ())?));
+        (self.cur, self.bufs, self.vars, self.in_parallel) = saved;
+        r?;
+
+        self.b.position_at_end(resume);
+        self.return_on_error(code)
+    }
+
+    /// `for var in begin..end` as a top-tested loop.
+    fn range_loop(
+        &mut self,
+        var: &Var,
+        begin: IntValue<'ctx>,
+        end: IntValue<'ctx>,
+        body: &Stmt,
+    ) -> Res<()> {
+        let i64t = self.cx.i64_type();
+        let pre = self.current_block()?;
+        let header = self.new_block(&format!("{}.loop", var.name));
+        let exit = self.new_block(&format!("{}.end", var.name));
+        let any = self
+            .b
+            .build_int_compare(IntPredicate::SLT, begin, end, "any")?;
+        self.b.build_conditional_branch(any, header, exit)?;
+        self.b.position_at_end(header);
+        let phi = self.b.build_phi(i64t, &var.name)?;
+        phi.add_incoming(&[(&begin, pre)]);
+        self.bind_var(var, Some(phi.as_basic_value()));
+        self.stmt(body)?;
+        let i = phi.as_basic_value().into_int_value();
+        let next = self.b.build_int_add(i, i64t.const_int(1, false), "next")?;
+        phi.add_incoming(&[(&next, self.current_block()?)]);
+        let more = self
+            .b
+            .build_int_compare(IntPredicate::SLT, next, end, "more")?;
+        self.b.build_conditional_branch(more, header, exit)?;
+        self.b.position_at_end(exit);
+        self.bind_var(var, None);
+        Ok(())
+    }
+
+    /// LLVM type of a value of `d` (bool is `i1`).
+    pub(super) fn scalar_ty(&self, d: DType) -> BasicTypeEnum<'ctx> {
+        match d {
+            DType::Bool => self.cx.bool_type().into(),
+            DType::I32 => self.cx.i32_type().into(),
+            DType::I64 => self.cx.i64_type().into(),
+            DType::F32 => self.cx.f32_type().into(),
+            DType::F64 => self.cx.f64_type().into(),
+        }
+    }
+
+    /// LLVM type of an element of a `d` buffer in memory (bool is a byte).
+    pub(super) fn mem_ty(&self, d: DType) -> BasicTypeEnum<'ctx> {
+        match d {
+            DType::Bool => self.cx.i8_type().into(),
+            d => self.scalar_ty(d),
+        }
+    }
+
+    pub(super) fn mem_bytes(&self, d: DType) -> u64 {
+        d.bytes() as u64
+    }
+
+    /// A value of `d` as stored in memory (bools widen to a byte).
+    pub(super) fn to_mem(
+        &mut self,
+        v: BasicValueEnum<'ctx>,
+        d: DType,
+    ) -> Res<BasicValueEnum<'ctx>> {
+        if d != DType::Bool {
+            return Ok(v);
+        }
+        Ok(match v {
+            BasicValueEnum::IntValue(i) => self
+                .b
+                .build_int_z_extend(i, self.cx.i8_type(), "b8")?
+                .into(),
+            BasicValueEnum::VectorValue(x) => {
+                let t = self.cx.i8_type().vec_type(x.get_type().get_size());
+                self.b.build_int_z_extend(x, t, "b8")?.into()
+            }
+            _ => {
+                return Err(CodegenError::InvalidIr(
+                    "bool value is not an integer".into(),
+                ))
+            }
+        })
+    }
+}

@@ -1,0 +1,140 @@
+//! Loop IR to LLVM IR, optimized for the host CPU.
+//!
+//! One [`LoweredFunc`] becomes one LLVM module holding the kernel in the two entry points of
+//! [`crate::runtime::abi`] (positional and packed) plus one outlined body per parallel loop.
+//! How each IR construct is compiled:
+//!
+//! - `Serial` loops are counted loops; `Unrolled` loops are real copies of the body with the
+//!   loop variable a constant (so indices of register tiles fold and SROA keeps the tiles in
+//!   registers); `Parallel` loops are outlined (see [`gen`]) and run through
+//!   `rt->parallel_for`, and run serially when nested in another parallel loop.
+//! - `Vectorized` loops are compiled once with explicit `<N x T>` values (see [`vector`]):
+//!   contiguous accesses become vector loads and stores, loop-invariant ones scalar loads that
+//!   are broadcast, any other access a gather or scatter; an `If` whose condition varies across
+//!   lanes becomes a mask on the loads and stores under it. A body whose lanes could see one
+//!   another's stores (a reduction over the vectorized axis) is compiled as a serial loop.
+//! - `local`/`shared` temporaries up to [`CodegenOptions::max_stack_alloc_bytes`] are 64-byte
+//!   aligned stack arrays; the others come from `rt->alloc`.
+//! - Every function carries the host's `target-cpu`/`target-features` and, on AVX-512 hosts,
+//!   `prefer-vector-width` and `min-legal-vector-width` of 512, without which LLVM splits
+//!   512-bit vectors into halves on CPUs it tunes for 256-bit. Floating-point adds and
+//!   multiplies carry the `contract` flag so FMAs form; nothing else is relaxed.
+//! - Buffer parameters are `noalias nocapture align 64 dereferenceable(size)`.
+
+mod expr;
+mod gen;
+mod vector;
+
+use super::{CodegenError, CodegenOptions, HostTarget};
+use inkwell::context::Context;
+use inkwell::module::Module;
+use inkwell::passes::PassBuilderOptions;
+use inkwell::targets::{
+    CodeModel, FileType, InitializationConfig, RelocMode, Target, TargetMachine, TargetTriple,
+};
+use inkwell::OptimizationLevel;
+use std::sync::Once;
+use tensortune_schedules::ir::LoweredFunc;
+
+/// Registers the x86 target once per process (inkwell links MCJIT in when an engine is made).
+pub(crate) fn init_llvm() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        Target::initialize_x86(&InitializationConfig::default());
+    });
+}
+
+/// A target machine for the host CPU (PIC, so objects link into position-independent
+/// executables).
+pub fn host_target_machine() -> Result<TargetMachine, CodegenError> {
+    init_llvm();
+    let host = HostTarget::host();
+    let triple = TargetTriple::create(&host.triple);
+    let target = Target::from_triple(&triple).map_err(|e| CodegenError::Target(e.to_string()))?;
+    target
+        .create_target_machine(
+            &triple,
+            &host.cpu,
+            &host.features,
+            OptimizationLevel::Aggressive,
+            RelocMode::PIC,
+            CodeModel::Default,
+        )
+        .ok_or_else(|| CodegenError::Target(format!("no target machine for {}", host.triple)))
+}
+
+/// Builds the module for `func` in `cx`, verifies it, and runs the O3 pipeline on it.
+pub fn build_module<'ctx>(
+    cx: &'ctx Context,
+    func: &LoweredFunc,
+    opts: &CodegenOptions,
+) -> Result<Module<'ctx>, CodegenError> {
+    check_name(&func.name)?;
+    let tm = host_target_machine()?;
+    let module = cx.create_module(&func.name);
+    module.set_triple(&tm.get_triple());
+    module.set_data_layout(&tm.get_target_data().get_data_layout());
+    gen::emit_kernel(cx, &module, func, opts, HostTarget::host())?;
+    module
+        .verify()
+        .map_err(|e| CodegenError::Llvm(format!("module does not verify: {e}")))?;
+    if opts.optimize {
+        let pb = PassBuilderOptions::create();
+        pb.set_loop_vectorization(true);
+        pb.set_loop_slp_vectorization(true);
+        pb.set_loop_interleaving(true);
+        pb.set_loop_unrolling(true);
+        pb.set_merge_functions(false);
+        module
+            .run_passes("default<O3>", &tm, pb)
+            .map_err(|e| CodegenError::Llvm(format!("O3 pipeline: {e}")))?;
+    }
+    Ok(module)
+}
+
+fn check_name(name: &str) -> Result<(), CodegenError> {
+    let mut chars = name.chars();
+    let ok = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if ok {
+        Ok(())
+    } else {
+        Err(CodegenError::InvalidIr(format!(
+            "function name `{name}` is not a C identifier"
+        )))
+    }
+}
+
+/// The optimized LLVM IR of `func`, as text.
+pub fn emit_llvm_ir(func: &LoweredFunc, opts: &CodegenOptions) -> Result<String, CodegenError> {
+    let cx = Context::create();
+    let module = build_module(&cx, func, opts)?;
+    Ok(module.print_to_string().to_string())
+}
+
+/// The host assembly of `func`.
+pub fn emit_asm(func: &LoweredFunc, opts: &CodegenOptions) -> Result<String, CodegenError> {
+    let bytes = emit_file(func, opts, FileType::Assembly)?;
+    String::from_utf8(bytes).map_err(|e| CodegenError::Llvm(format!("assembly is not UTF-8: {e}")))
+}
+
+/// An ELF object file defining `NAME` and `NAME_packed` (see [`crate::runtime::abi`]).
+pub fn emit_object(func: &LoweredFunc, opts: &CodegenOptions) -> Result<Vec<u8>, CodegenError> {
+    emit_file(func, opts, FileType::Object)
+}
+
+fn emit_file(
+    func: &LoweredFunc,
+    opts: &CodegenOptions,
+    kind: FileType,
+) -> Result<Vec<u8>, CodegenError> {
+    let cx = Context::create();
+    let module = build_module(&cx, func, opts)?;
+    let tm = host_target_machine()?;
+    let buf = tm
+        .write_to_memory_buffer(&module, kind)
+        .map_err(|e| CodegenError::Llvm(e.to_string()))?;
+    Ok(buf.as_slice().to_vec())
+}

@@ -1,0 +1,393 @@
+//! Vectorized loops: which bodies may run as SIMD lanes, and their memory accesses.
+//!
+//! A `Vectorized` loop of `N` iterations runs its body once on `<N x T>` values, the loop
+//! variable being the vector `<0, 1, ..., N-1>`. That equals the serial loop when no lane reads
+//! what another lane writes. [`can_vectorize`] accepts a body when every store index is affine
+//! in the variable with a non-zero constant stride (lanes write distinct elements), all stores
+//! to one buffer use one index, and every load of a stored buffer uses that same index (a lane
+//! reads only its own element). A reduction over the vectorized axis (`C[i] = C[i] + A[i, v]`)
+//! fails the test and is compiled as a serial loop.
+//!
+//! Accesses, by the stride `s` of their index in the variable ([`stride_of`]):
+//! - `s = 1`: one vector load or store at the lane-0 address (masked under a varying `If`);
+//! - `s = 0`: one scalar load, broadcast where mixed with vectors;
+//! - otherwise, or not affine: a gather (loads) or scatter (stores) of lane addresses.
+//!
+//! Under a condition that varies across lanes the active lanes form a mask: vector loads and
+//! stores are masked (inactive lanes' addresses may be out of bounds), and scalar loads run
+//! only if some lane is active.
+
+use super::expr::TypeExt;
+use super::gen::{Gen, Res};
+use crate::codegen::CodegenError;
+use inkwell::llvm_sys;
+use inkwell::types::BasicTypeEnum;
+use inkwell::values::{
+    AsValueRef, BasicValue, BasicValueEnum, IntValue, PointerValue, VectorValue,
+};
+use inkwell::AddressSpace;
+use std::collections::HashMap;
+use tensortune_schedules::expr::BinOp;
+use tensortune_schedules::ir::Stmt;
+use tensortune_schedules::{BufId, DType, Expr};
+
+type V<'ctx> = BasicValueEnum<'ctx>;
+
+/// The constant stride of `e` in variable `v`: `Some(s)` if `e = base + s * v` with `base` free
+/// of `v`, `None` if `e` is not affine in `v` with a constant coefficient.
+pub(super) fn stride_of(e: &Expr, v: u32) -> Option<i64> {
+    if !e.uses_var(v) {
+        return Some(0);
+    }
+    match e {
+        Expr::Var(x) => Some(if x.id == v { 1 } else { 0 }),
+        Expr::Bin(BinOp::Add, a, b) => stride_of(a, v)?.checked_add(stride_of(b, v)?),
+        Expr::Bin(BinOp::Sub, a, b) => stride_of(a, v)?.checked_sub(stride_of(b, v)?),
+        Expr::Bin(BinOp::Mul, a, b) => match (a.as_int(), b.as_int()) {
+            (Some(c), _) => stride_of(b, v)?.checked_mul(c),
+            (_, Some(c)) => stride_of(a, v)?.checked_mul(c),
+            _ => None,
+        },
+        Expr::Cast(d, a) if d.is_int() && a.dtype().is_int() && d.bytes() >= a.dtype().bytes() => {
+            stride_of(a, v)
+        }
+        _ => None,
+    }
+}
+
+/// True if `body` of a vectorized loop over `v` may run as SIMD lanes (see the module doc).
+pub(super) fn can_vectorize(body: &Stmt, v: u32) -> bool {
+    let mut ok = true;
+    let mut stores: HashMap<BufId, Expr> = HashMap::new();
+    body.visit(&mut |s| match s {
+        Stmt::For { .. } | Stmt::Allocate { .. } | Stmt::Sync => ok = false,
+        Stmt::Store { buf, index, .. } => {
+            if !matches!(stride_of(index, v), Some(s) if s != 0) {
+                ok = false;
+            }
+            if let Some(prev) = stores.insert(*buf, index.clone()) {
+                ok &= &prev == index;
+            }
+        }
+        _ => {}
+    });
+    if !ok {
+        return false;
+    }
+    let mut check = |e: &Expr| {
+        e.visit(&mut |x| {
+            if let Expr::BufLoad { buf, index, .. } = x {
+                if let Some(st) = stores.get(buf) {
+                    ok &= st == &**index;
+                }
+            }
+        })
+    };
+    body.visit(&mut |s| match s {
+        Stmt::Store { index, value, .. } => {
+            check(index);
+            check(value);
+        }
+        Stmt::If { cond, .. } => check(cond),
+        _ => {}
+    });
+    ok
+}
+
+impl<'ctx> Gen<'ctx, '_> {
+    fn vctx(&self) -> Res<super::gen::VecCtx<'ctx>> {
+        self.vec
+            .ok_or_else(|| CodegenError::Llvm("vector access outside a vectorized loop".into()))
+    }
+
+    pub(super) fn set_mask(&mut self, m: Option<VectorValue<'ctx>>) {
+        if let Some(v) = self.vec.as_mut() {
+            v.mask = m;
+        }
+    }
+
+    /// `outer & m` (just `m` when all lanes were active).
+    pub(super) fn and_mask(
+        &mut self,
+        outer: Option<VectorValue<'ctx>>,
+        m: VectorValue<'ctx>,
+    ) -> Res<VectorValue<'ctx>> {
+        match outer {
+            None => Ok(m),
+            Some(o) => Ok(self.b.build_and(o, m, "mask")?),
+        }
+    }
+
+    pub(super) fn not_mask(&mut self, m: VectorValue<'ctx>) -> Res<VectorValue<'ctx>> {
+        let n = m.get_type().get_size();
+        let ones = self.broadcast(self.cx.bool_type().const_all_ones().into(), n)?;
+        Ok(self.b.build_xor(m, ones, "not")?)
+    }
+
+    fn any_lane(&mut self, m: VectorValue<'ctx>) -> Res<IntValue<'ctx>> {
+        let r = self.intrinsic("llvm.vector.reduce.or", &[m.get_type().into()], &[m.into()])?;
+        Ok(r.into_int_value())
+    }
+
+    /// Evaluates `e` as a scalar with the vectorized variable at lane 0.
+    fn at_lane0(&mut self, e: &Expr) -> Res<IntValue<'ctx>> {
+        let ctx = self.vctx()?;
+        let i = ctx.var as usize;
+        let saved = self.vars[i];
+        self.vars[i] = Some(self.cx.i64_type().const_zero().into());
+        self.vec = None;
+        let r = self.index(e);
+        self.vec = Some(ctx);
+        self.vars[i] = saved;
+        r
+    }
+
+    /// Lane addresses `&buf[index[l]]` as `<lanes x ptr>`.
+    fn lane_ptrs(&mut self, buf: BufId, index: &Expr) -> Res<VectorValue<'ctx>> {
+        let ctx = self.vctx()?;
+        let base = self.buf_ptr(buf)?;
+        let elem = self.mem_ty(self.decl(buf)?.dtype);
+        let idx = self.expr(index)?;
+        let idx = match idx {
+            BasicValueEnum::IntValue(i) if i.get_type().get_bit_width() != 64 => self
+                .b
+                .build_int_s_extend(i, self.cx.i64_type(), "idx")?
+                .into(),
+            BasicValueEnum::VectorValue(v)
+                if v.get_type()
+                    .get_element_type()
+                    .into_int_type()
+                    .get_bit_width()
+                    != 64 =>
+            {
+                let t = self.cx.i64_type().vec_type(ctx.lanes);
+                self.b.build_int_s_extend(v, t, "idx")?.into()
+            }
+            x => x,
+        };
+        let idx = self.broadcast(idx, ctx.lanes)?;
+        // inkwell's GEP takes scalar indices only; a vector index gives a vector of pointers.
+        let name = c"lanes.p";
+        // SAFETY: valid builder, element type, base pointer and index values of this context.
+        let raw = unsafe {
+            let mut ix = [idx.as_value_ref()];
+            llvm_sys::core::LLVMBuildInBoundsGEP2(
+                self.b.as_mut_ptr(),
+                inkwell::types::AsTypeRef::as_type_ref(&elem),
+                base.as_value_ref(),
+                ix.as_mut_ptr(),
+                1,
+                name.as_ptr(),
+            )
+        };
+        // SAFETY: a GEP with a vector index has a vector-of-pointers type.
+        Ok(unsafe { VectorValue::new(raw) })
+    }
+
+    fn all_true(&mut self, lanes: u32) -> Res<VectorValue<'ctx>> {
+        self.broadcast(self.cx.bool_type().const_all_ones().into(), lanes)
+    }
+
+    pub(super) fn vload(&mut self, buf: BufId, dtype: DType, index: &Expr) -> Res<V<'ctx>> {
+        let ctx = self.vctx()?;
+        let elem = self.mem_ty(dtype);
+        let align = self.cx.i32_type().const_int(self.mem_bytes(dtype), false);
+        let vty = elem.vec_type_of(ctx.lanes)?;
+        let v = match stride_of(index, ctx.var) {
+            Some(0) => return self.uniform_load(buf, dtype, index, ctx.mask),
+            Some(1) => {
+                let base = self.at_lane0(index)?;
+                let p = self.gep(buf, elem, base)?;
+                match ctx.mask {
+                    None => {
+                        let v = self.b.build_load(vty, p, "vld")?;
+                        if let Some(i) = v.as_instruction_value() {
+                            i.set_alignment(self.mem_bytes(dtype) as u32)
+                                .map_err(|e| CodegenError::Llvm(e.to_string()))?;
+                        }
+                        v
+                    }
+                    Some(m) => {
+                        let ptr_ty = self.cx.ptr_type(AddressSpace::default()).into();
+                        let zero = vty.const_zero().into();
+                        self.intrinsic(
+                            "llvm.masked.load",
+                            &[vty.into(), ptr_ty],
+                            &[p.into(), align.into(), m.into(), zero],
+                        )?
+                    }
+                }
+            }
+            _ => {
+                let ptrs = self.lane_ptrs(buf, index)?;
+                let m = match ctx.mask {
+                    Some(m) => m,
+                    None => self.all_true(ctx.lanes)?,
+                };
+                let zero = vty.const_zero().into();
+                self.intrinsic(
+                    "llvm.masked.gather",
+                    &[vty.into(), ptrs.get_type().into()],
+                    &[ptrs.into(), align.into(), m.into(), zero],
+                )?
+            }
+        };
+        self.from_mem(v, dtype)
+    }
+
+    fn gep(
+        &mut self,
+        buf: BufId,
+        elem: BasicTypeEnum<'ctx>,
+        idx: IntValue<'ctx>,
+    ) -> Res<PointerValue<'ctx>> {
+        let base = self.buf_ptr(buf)?;
+        // SAFETY (LLVM-level): in bounds for the active lanes by the IR's invariant.
+        Ok(unsafe { self.b.build_in_bounds_gep(elem, base, &[idx], "vp")? })
+    }
+
+    /// A loop-invariant load; under a mask, only when some lane is active (else zero).
+    fn uniform_load(
+        &mut self,
+        buf: BufId,
+        dtype: DType,
+        index: &Expr,
+        mask: Option<VectorValue<'ctx>>,
+    ) -> Res<V<'ctx>> {
+        let elem = self.mem_ty(dtype);
+        let load = |g: &mut Self| -> Res<V<'ctx>> {
+            let i = g.at_lane0(index)?;
+            let p = g.gep(buf, elem, i)?;
+            let v = g.b.build_load(elem, p, "uld")?;
+            if let Some(i) = v.as_instruction_value() {
+                i.set_alignment(g.mem_bytes(dtype) as u32)
+                    .map_err(|e| CodegenError::Llvm(e.to_string()))?;
+            }
+            g.from_mem(v, dtype)
+        };
+        let Some(m) = mask else {
+            return load(self);
+        };
+        let any = self.any_lane(m)?;
+        let pre = self.current_block()?;
+        let ld = self.new_block("uld");
+        let merge = self.new_block("uld.end");
+        self.b.build_conditional_branch(any, ld, merge)?;
+        self.b.position_at_end(ld);
+        let v = load(self)?;
+        let ld_end = self.current_block()?;
+        self.b.build_unconditional_branch(merge)?;
+        self.b.position_at_end(merge);
+        let phi = self.b.build_phi(v.get_type(), "uld")?;
+        phi.add_incoming(&[(&v, ld_end), (&v.get_type().const_zero(), pre)]);
+        Ok(phi.as_basic_value())
+    }
+
+    pub(super) fn vstore(&mut self, buf: BufId, index: &Expr, value: &Expr) -> Res<()> {
+        let ctx = self.vctx()?;
+        let dtype = self.decl(buf)?.dtype;
+        if value.dtype() != dtype {
+            return Err(CodegenError::InvalidIr(format!(
+                "store of {} into a {dtype} buffer",
+                value.dtype()
+            )));
+        }
+        let v = self.expr(value)?;
+        let v = self.broadcast(v, ctx.lanes)?;
+        let v = self.to_mem(v.into(), dtype)?.into_vector_value();
+        let elem = self.mem_ty(dtype);
+        let align = self.cx.i32_type().const_int(self.mem_bytes(dtype), false);
+        match stride_of(index, ctx.var) {
+            Some(1) => {
+                let base = self.at_lane0(index)?;
+                let p = self.gep(buf, elem, base)?;
+                match ctx.mask {
+                    None => {
+                        let st = self.b.build_store(p, v)?;
+                        st.set_alignment(self.mem_bytes(dtype) as u32)
+                            .map_err(|e| CodegenError::Llvm(e.to_string()))?;
+                    }
+                    Some(m) => {
+                        let ptr_ty = self.cx.ptr_type(AddressSpace::default()).into();
+                        self.intrinsic(
+                            "llvm.masked.store",
+                            &[v.get_type().into(), ptr_ty],
+                            &[v.into(), p.into(), align.into(), m.into()],
+                        )?;
+                    }
+                }
+                Ok(())
+            }
+            Some(s) if s != 0 => {
+                let ptrs = self.lane_ptrs(buf, index)?;
+                let m = match ctx.mask {
+                    Some(m) => m,
+                    None => self.all_true(ctx.lanes)?,
+                };
+                self.intrinsic(
+                    "llvm.masked.scatter",
+                    &[v.get_type().into(), ptrs.get_type().into()],
+                    &[v.into(), ptrs.into(), align.into(), m.into()],
+                )?;
+                Ok(())
+            }
+            _ => Err(CodegenError::InvalidIr(format!(
+                "store index `{index}` in a vectorized loop does not give each lane its own element"
+            ))),
+        }
+    }
+
+    /// `If` inside a vectorized loop: a branch when the condition is the same for all lanes,
+    /// otherwise both sides under masks (each skipped when no lane takes it).
+    pub(super) fn vif(&mut self, cond: &Expr, then: &Stmt, otherwise: Option<&Stmt>) -> Res<()> {
+        let ctx = self.vctx()?;
+        let c = self.expr(cond)?;
+        let cm = match c {
+            BasicValueEnum::IntValue(ci) => {
+                let then_bb = self.new_block("vthen");
+                let merge = self.new_block("vendif");
+                let else_bb = if otherwise.is_some() {
+                    self.new_block("velse")
+                } else {
+                    merge
+                };
+                self.b.build_conditional_branch(ci, then_bb, else_bb)?;
+                self.b.position_at_end(then_bb);
+                self.stmt(then)?;
+                self.b.build_unconditional_branch(merge)?;
+                if let Some(o) = otherwise {
+                    self.b.position_at_end(else_bb);
+                    self.stmt(o)?;
+                    self.b.build_unconditional_branch(merge)?;
+                }
+                self.b.position_at_end(merge);
+                return Ok(());
+            }
+            BasicValueEnum::VectorValue(v) => v,
+            _ => {
+                return Err(CodegenError::InvalidIr(format!(
+                    "condition `{cond}` is not a bool"
+                )))
+            }
+        };
+        let mut sides = vec![(self.and_mask(ctx.mask, cm)?, then)];
+        if let Some(o) = otherwise {
+            let nc = self.not_mask(cm)?;
+            sides.push((self.and_mask(ctx.mask, nc)?, o));
+        }
+        for (m, body) in sides {
+            let any = self.any_lane(m)?;
+            let run = self.new_block("vmasked");
+            let done = self.new_block("vmasked.end");
+            self.b.build_conditional_branch(any, run, done)?;
+            self.b.position_at_end(run);
+            self.set_mask(Some(m));
+            let r = self.stmt(body);
+            self.set_mask(ctx.mask);
+            r?;
+            self.b.build_unconditional_branch(done)?;
+            self.b.position_at_end(done);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,69 @@
+//! Code generation: from lowered loop IR ([`tensortune_schedules::ir::LoweredFunc`]) to
+//! machine code.
+//!
+//! - [`target`]: what the host CPU is (LLVM's name for it, its features, the vector width the
+//!   codegen uses) and the target key records are filed under.
+//! - [`llvm`]: loop IR to LLVM IR with inkwell, the O3 pipeline, and the three outputs: a JIT
+//!   function (see [`crate::Kernel`]), an object file, and textual IR or assembly.
+//!
+//! The generated functions follow the C ABI of [`crate::runtime::abi`].
+
+pub mod llvm;
+pub mod target;
+
+pub use target::HostTarget;
+
+/// Why a loop IR function could not be compiled.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CodegenError {
+    /// The IR breaks one of its invariants (an unbound variable, a buffer id out of range,
+    /// a dtype mismatch, a loop inside a vectorized loop...).
+    #[error("invalid loop IR: {0}")]
+    InvalidIr(String),
+    /// The IR is valid but uses something the CPU backend does not compile.
+    #[error("not supported by the CPU backend: {0}")]
+    Unsupported(String),
+    /// LLVM refused the module or failed to build, optimize or emit it.
+    #[error("LLVM: {0}")]
+    Llvm(String),
+    /// The host target could not be set up.
+    #[error("target: {0}")]
+    Target(String),
+}
+
+impl From<inkwell::builder::BuilderError> for CodegenError {
+    fn from(e: inkwell::builder::BuilderError) -> Self {
+        CodegenError::Llvm(e.to_string())
+    }
+}
+
+/// Knobs of the CPU code generator. The defaults are what tuning uses.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CodegenOptions {
+    /// Run LLVM's `default<O3>` pipeline (off only to look at unoptimized IR).
+    pub optimize: bool,
+    /// `Unrolled` loops with more iterations than this become serial loops, so that a bad
+    /// candidate cannot blow up compile time. 256 copies covers every register tile we use.
+    pub max_unroll: i64,
+    /// `Vectorized` loops with more lanes than this become serial loops (LLVM may still
+    /// vectorize them). 64 lanes is four AVX-512 registers of f32.
+    pub max_vector_lanes: i64,
+    /// A `local`/`shared` temporary up to this size lives on the stack; larger ones, and every
+    /// `global` one, on the heap through the runtime.
+    pub max_stack_alloc_bytes: u64,
+    /// Total stack temporaries per generated function; past it temporaries go to the heap.
+    /// Kept well under the 2 MiB stack of a default Rust thread.
+    pub max_stack_bytes: u64,
+}
+
+impl Default for CodegenOptions {
+    fn default() -> Self {
+        CodegenOptions {
+            optimize: true,
+            max_unroll: 256,
+            max_vector_lanes: 64,
+            max_stack_alloc_bytes: 128 << 10,
+            max_stack_bytes: 512 << 10,
+        }
+    }
+}

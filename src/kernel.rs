@@ -1,0 +1,414 @@
+//! [`Kernel`]: a lowered function compiled in-process by LLVM's MCJIT, with checked calls.
+//!
+//! A kernel owns its LLVM context and execution engine (the machine code lives in the
+//! engine's memory) and remembers the dtype and shape of every parameter, so that
+//! [`Kernel::run`] can refuse arguments of the wrong count, dtype or shape with a
+//! [`RunError`] instead of letting generated code read out of bounds. Inputs are passed by
+//! shared reference and outputs by exclusive reference, and compilation rejects IR that
+//! stores into an input, which together make the `noalias` promise of the ABI true.
+
+use crate::codegen::llvm::build_module;
+use crate::codegen::{CodegenError, CodegenOptions};
+use crate::runtime::abi::{Status, TtRuntime};
+use crate::runtime::buffer::Element;
+use crate::runtime::{AlignedBuffer, BufferError, Runtime};
+use inkwell::context::Context;
+use inkwell::execution_engine::ExecutionEngine;
+use inkwell::OptimizationLevel;
+use ndarray::{ArrayD, ArrayViewD, IxDyn};
+use std::mem::ManuallyDrop;
+use tensortune_schedules::data::NdData;
+use tensortune_schedules::ir::{BufKind, LoweredFunc, Stmt};
+use tensortune_schedules::DType;
+
+/// `NAME_packed(args, rt)` of the ABI.
+type PackedFn = unsafe extern "C" fn(args: *const *mut u8, rt: *const TtRuntime) -> i32;
+
+/// One parameter of a kernel.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ParamSpec {
+    /// The buffer's name in the IR.
+    pub name: String,
+    /// Element type.
+    pub dtype: DType,
+    /// Row-major shape.
+    pub shape: Vec<i64>,
+    /// True for outputs (written), false for inputs (read only).
+    pub output: bool,
+}
+
+/// Why a kernel call was refused or failed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum RunError {
+    /// Wrong number of inputs or outputs.
+    #[error("kernel `{kernel}` takes {expected} {what}, got {got}")]
+    ArgCount {
+        /// The kernel.
+        kernel: String,
+        /// `inputs` or `outputs`.
+        what: &'static str,
+        /// Parameters of that kind.
+        expected: usize,
+        /// Arguments given.
+        got: usize,
+    },
+    /// An argument of the wrong dtype.
+    #[error("argument `{param}` must be {expected}, got {got}")]
+    DType {
+        /// The parameter.
+        param: String,
+        /// Its dtype.
+        expected: DType,
+        /// The argument's dtype.
+        got: DType,
+    },
+    /// An argument of the wrong shape.
+    #[error("argument `{param}` must have shape {expected:?}, got {got:?}")]
+    Shape {
+        /// The parameter.
+        param: String,
+        /// Its shape.
+        expected: Vec<i64>,
+        /// The argument's shape.
+        got: Vec<i64>,
+    },
+    /// The kernel returned a failure status.
+    #[error("kernel `{kernel}` failed: {status}")]
+    Kernel {
+        /// The kernel.
+        kernel: String,
+        /// What the status code means.
+        status: String,
+    },
+    /// A host buffer could not be made.
+    #[error(transparent)]
+    Buffer(#[from] BufferError),
+}
+
+/// A compiled, callable kernel.
+pub struct Kernel {
+    // Field order matters only through `Drop`, which drops the engine (and with it the module
+    // and machine code) before the context both were created in.
+    engine: ManuallyDrop<ExecutionEngine<'static>>,
+    context: ManuallyDrop<Box<Context>>,
+    entry: PackedFn,
+    name: String,
+    params: Vec<ParamSpec>,
+}
+
+// SAFETY: after construction the LLVM objects are only touched by `Drop`, which has exclusive
+// access; moving a context with everything created in it to another thread is allowed by
+// LLVM (contexts are not shared between threads here). Calling the machine code concurrently
+// is safe: it only reads its code and the buffers it is given.
+unsafe impl Send for Kernel {}
+// SAFETY: as above; `&Kernel` gives access to nothing but the immutable code and metadata.
+unsafe impl Sync for Kernel {}
+
+impl Drop for Kernel {
+    fn drop(&mut self) {
+        // SAFETY: each field is dropped exactly once, the engine before its context.
+        unsafe {
+            ManuallyDrop::drop(&mut self.engine);
+            ManuallyDrop::drop(&mut self.context);
+        }
+    }
+}
+
+impl std::fmt::Debug for Kernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Kernel")
+            .field("name", &self.name)
+            .field("params", &self.params)
+            .finish()
+    }
+}
+
+/// Symbols generated code may call that are not in the module: the C math functions LLVM
+/// lowers `llvm.exp`/`llvm.log` to, `tanh`, and the memory functions loop-idiom recognition
+/// forms. They are mapped explicitly so the JIT does not depend on what the host binary
+/// happens to export.
+mod libsyms {
+    extern "C" {
+        pub fn expf(x: f32) -> f32;
+        pub fn exp(x: f64) -> f64;
+        pub fn logf(x: f32) -> f32;
+        pub fn log(x: f64) -> f64;
+        pub fn tanhf(x: f32) -> f32;
+        pub fn tanh(x: f64) -> f64;
+        pub fn sqrtf(x: f32) -> f32;
+        pub fn sqrt(x: f64) -> f64;
+    }
+
+    pub fn table() -> [(&'static str, usize); 11] {
+        [
+            ("expf", expf as *const () as usize),
+            ("exp", exp as *const () as usize),
+            ("logf", logf as *const () as usize),
+            ("log", log as *const () as usize),
+            ("tanhf", tanhf as *const () as usize),
+            ("tanh", tanh as *const () as usize),
+            ("sqrtf", sqrtf as *const () as usize),
+            ("sqrt", sqrt as *const () as usize),
+            ("memset", libc::memset as *const () as usize),
+            ("memcpy", libc::memcpy as *const () as usize),
+            ("memmove", libc::memmove as *const () as usize),
+        ]
+    }
+}
+
+/// Fails if the IR stores into an input buffer (the ABI passes inputs as read-only).
+fn check_no_input_stores(func: &LoweredFunc) -> Result<(), CodegenError> {
+    let mut bad = None;
+    func.body.visit(&mut |s| {
+        if let Stmt::Store { buf, .. } = s {
+            if let Some(d) = func.buffers.get(buf.0 as usize) {
+                if matches!(d.kind, BufKind::Input(_)) {
+                    bad = Some(d.name.clone());
+                }
+            }
+        }
+    });
+    match bad {
+        Some(n) => Err(CodegenError::InvalidIr(format!("store into input `{n}`"))),
+        None => Ok(()),
+    }
+}
+
+impl Kernel {
+    /// Compiles `func` with the default options.
+    pub fn compile(func: &LoweredFunc) -> Result<Kernel, CodegenError> {
+        Kernel::compile_with(func, &CodegenOptions::default())
+    }
+
+    /// Compiles `func`.
+    pub fn compile_with(func: &LoweredFunc, opts: &CodegenOptions) -> Result<Kernel, CodegenError> {
+        check_no_input_stores(func)?;
+        let mut params = Vec::with_capacity(func.params.len());
+        let mut seen_output = false;
+        for p in &func.params {
+            let d = func.buffers.get(p.0 as usize).ok_or_else(|| {
+                CodegenError::InvalidIr(format!("parameter buffer {} undeclared", p.0))
+            })?;
+            let output = matches!(d.kind, BufKind::Output(_));
+            if seen_output && !output {
+                return Err(CodegenError::InvalidIr(
+                    "an input parameter after an output".into(),
+                ));
+            }
+            seen_output |= output;
+            if !matches!(d.dtype, DType::F32 | DType::F64 | DType::I32 | DType::I64) {
+                return Err(CodegenError::Unsupported(format!(
+                    "parameter `{}` of dtype {}",
+                    d.name, d.dtype
+                )));
+            }
+            params.push(ParamSpec {
+                name: d.name.clone(),
+                dtype: d.dtype,
+                shape: d.shape.clone(),
+                output,
+            });
+        }
+        let context = Box::new(Context::create());
+        // SAFETY: the context is heap-allocated, never moved out of its box, and dropped
+        // only after the engine (see `Drop`), so this reference outlives every use.
+        let cx: &'static Context = unsafe { &*(&*context as *const Context) };
+        let module = build_module(cx, func, opts)?;
+        let syms = libsyms::table();
+        let decls: Vec<_> = syms
+            .iter()
+            .map(|(name, _)| {
+                module.get_function(name).unwrap_or_else(|| {
+                    let f32t = cx.f32_type();
+                    module.add_function(name, f32t.fn_type(&[], false), None)
+                })
+            })
+            .collect();
+        let engine = module
+            .create_jit_execution_engine(OptimizationLevel::Aggressive)
+            .map_err(|e| CodegenError::Llvm(format!("JIT: {e}")))?;
+        for (f, (_, addr)) in decls.iter().zip(syms.iter()) {
+            engine.add_global_mapping(f, *addr);
+        }
+        let addr = engine
+            .get_function_address(&format!("{}_packed", func.name))
+            .map_err(|e| CodegenError::Llvm(format!("JIT lookup: {e}")))?;
+        // SAFETY: `NAME_packed` is emitted with exactly the `PackedFn` signature.
+        let entry: PackedFn = unsafe { std::mem::transmute::<usize, PackedFn>(addr) };
+        drop(module);
+        Ok(Kernel {
+            engine: ManuallyDrop::new(engine),
+            context: ManuallyDrop::new(context),
+            entry,
+            name: func.name.clone(),
+            params,
+        })
+    }
+
+    /// The function's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Every parameter, inputs first.
+    pub fn params(&self) -> &[ParamSpec] {
+        &self.params
+    }
+
+    /// The input parameters.
+    pub fn inputs(&self) -> impl Iterator<Item = &ParamSpec> {
+        self.params.iter().filter(|p| !p.output)
+    }
+
+    /// The output parameters.
+    pub fn outputs(&self) -> impl Iterator<Item = &ParamSpec> {
+        self.params.iter().filter(|p| p.output)
+    }
+
+    fn check(
+        &self,
+        what: &'static str,
+        specs: &[&ParamSpec],
+        bufs: &[(&[i64], DType)],
+    ) -> Result<(), RunError> {
+        if specs.len() != bufs.len() {
+            return Err(RunError::ArgCount {
+                kernel: self.name.clone(),
+                what,
+                expected: specs.len(),
+                got: bufs.len(),
+            });
+        }
+        for (p, (shape, dtype)) in specs.iter().zip(bufs) {
+            if p.dtype != *dtype {
+                return Err(RunError::DType {
+                    param: p.name.clone(),
+                    expected: p.dtype,
+                    got: *dtype,
+                });
+            }
+            if p.shape != *shape {
+                return Err(RunError::Shape {
+                    param: p.name.clone(),
+                    expected: p.shape.clone(),
+                    got: shape.to_vec(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs the kernel on `inputs` (in the op's input order), writing `outputs`.
+    pub fn run(
+        &self,
+        rt: &Runtime,
+        inputs: &[&AlignedBuffer],
+        outputs: &mut [&mut AlignedBuffer],
+    ) -> Result<(), RunError> {
+        let ptrs = self.prepare(inputs, outputs)?;
+        // SAFETY: `prepare` checked count, dtype and shape of every argument, and Rust's
+        // borrows keep outputs from aliasing each other or the inputs.
+        let code = unsafe { self.call_raw(&ptrs, rt) };
+        self.status(code)
+    }
+
+    /// Checks the arguments and returns their pointers in parameter order.
+    pub(crate) fn prepare(
+        &self,
+        inputs: &[&AlignedBuffer],
+        outputs: &mut [&mut AlignedBuffer],
+    ) -> Result<Vec<*mut u8>, RunError> {
+        let ins: Vec<&ParamSpec> = self.inputs().collect();
+        let outs: Vec<&ParamSpec> = self.outputs().collect();
+        let in_meta: Vec<(&[i64], DType)> = inputs.iter().map(|b| (b.shape(), b.dtype())).collect();
+        self.check("inputs", &ins, &in_meta)?;
+        let out_meta: Vec<(&[i64], DType)> =
+            outputs.iter().map(|b| (b.shape(), b.dtype())).collect();
+        self.check("outputs", &outs, &out_meta)?;
+        let mut ptrs: Vec<*mut u8> = inputs.iter().map(|b| b.as_ptr() as *mut u8).collect();
+        ptrs.extend(outputs.iter_mut().map(|b| b.as_mut_ptr()));
+        Ok(ptrs)
+    }
+
+    /// Turns a kernel return code into a result.
+    pub(crate) fn status(&self, code: i32) -> Result<(), RunError> {
+        match Status::from_code(code) {
+            Some(Status::Ok) => Ok(()),
+            s => Err(RunError::Kernel {
+                kernel: self.name.clone(),
+                status: match s {
+                    Some(Status::AllocFailed) => "out of memory for a temporary".into(),
+                    Some(Status::ParallelFailed) => "the parallel runtime failed".into(),
+                    _ => format!("unknown status {code}"),
+                },
+            }),
+        }
+    }
+
+    /// Calls the machine code.
+    ///
+    /// # Safety
+    /// `ptrs` must hold one pointer per parameter, each to a 64-byte aligned buffer of the
+    /// parameter's dtype and size, outputs not aliasing any other argument (as
+    /// [`Kernel::prepare`] ensures).
+    pub(crate) unsafe fn call_raw(&self, ptrs: &[*mut u8], rt: &Runtime) -> i32 {
+        // SAFETY: forwarded to the caller.
+        unsafe { (self.entry)(ptrs.as_ptr(), rt.table()) }
+    }
+
+    /// Runs on host data: copies `inputs` into aligned buffers, runs, returns the outputs.
+    pub fn run_nd(&self, rt: &Runtime, inputs: &[NdData]) -> Result<Vec<NdData>, RunError> {
+        let ins = inputs
+            .iter()
+            .map(AlignedBuffer::from_nd)
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut outs = self
+            .outputs()
+            .map(|p| AlignedBuffer::zeros(&p.shape, p.dtype))
+            .collect::<Result<Vec<_>, _>>()?;
+        let in_refs: Vec<&AlignedBuffer> = ins.iter().collect();
+        let mut out_refs: Vec<&mut AlignedBuffer> = outs.iter_mut().collect();
+        self.run(rt, &in_refs, &mut out_refs)?;
+        outs.iter()
+            .map(|b| b.to_nd().map_err(RunError::from))
+            .collect()
+    }
+
+    /// Runs on ndarray arrays of one element type: copies `inputs` (any layout) into aligned
+    /// buffers and returns the outputs as new arrays.
+    pub fn run_arrays<T: Element>(
+        &self,
+        rt: &Runtime,
+        inputs: &[ArrayViewD<'_, T>],
+    ) -> Result<Vec<ArrayD<T>>, RunError> {
+        let mut ins = Vec::with_capacity(inputs.len());
+        for a in inputs {
+            let shape: Vec<i64> = a.shape().iter().map(|&d| d as i64).collect();
+            let mut b = AlignedBuffer::zeros(&shape, T::DTYPE)?;
+            let dst = b.as_mut_slice::<T>()?;
+            for (d, s) in dst.iter_mut().zip(a.iter()) {
+                *d = *s;
+            }
+            ins.push(b);
+        }
+        let mut outs = self
+            .outputs()
+            .map(|p| AlignedBuffer::zeros(&p.shape, p.dtype))
+            .collect::<Result<Vec<_>, _>>()?;
+        let in_refs: Vec<&AlignedBuffer> = ins.iter().collect();
+        let mut out_refs: Vec<&mut AlignedBuffer> = outs.iter_mut().collect();
+        self.run(rt, &in_refs, &mut out_refs)?;
+        let mut result = Vec::with_capacity(outs.len());
+        for b in &outs {
+            let shape: Vec<usize> = b.shape().iter().map(|&d| d as usize).collect();
+            let data = b.as_slice::<T>()?.to_vec();
+            let arr = ArrayD::from_shape_vec(IxDyn(&shape), data).map_err(|_| RunError::Shape {
+                param: "output".into(),
+                expected: b.shape().to_vec(),
+                got: vec![],
+            })?;
+            result.push(arr);
+        }
+        Ok(result)
+    }
+}

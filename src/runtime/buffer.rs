@@ -1,0 +1,226 @@
+//! [`AlignedBuffer`]: a 64-byte aligned, zero-initialized host array with a dtype and shape.
+
+use std::alloc::Layout;
+use tensortune_schedules::data::{Data, NdData};
+use tensortune_schedules::DType;
+
+/// Alignment of every buffer, as the kernels' `align 64` parameter attribute promises.
+pub const BUFFER_ALIGN: usize = 64;
+
+/// Why a buffer could not be made or read.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum BufferError {
+    /// A negative extent, or a byte size that overflows.
+    #[error("invalid shape {shape:?} for {dtype}")]
+    BadShape {
+        /// The shape asked for.
+        shape: Vec<i64>,
+        /// Its dtype.
+        dtype: DType,
+    },
+    /// Kernels have no buffers of this dtype.
+    #[error("{0} is not a buffer dtype (f32, f64, i32, i64)")]
+    BadDType(DType),
+    /// The allocator returned nothing.
+    #[error("out of memory allocating {0} bytes")]
+    OutOfMemory(usize),
+    /// An element type that does not match the buffer's.
+    #[error("buffer holds {have}, asked for {want}")]
+    DTypeMismatch {
+        /// The buffer's dtype.
+        have: DType,
+        /// What the caller asked for.
+        want: DType,
+    },
+}
+
+/// Element types a buffer can be viewed as.
+pub trait Element: Copy + Default + 'static {
+    /// The matching dtype.
+    const DTYPE: DType;
+}
+impl Element for f32 {
+    const DTYPE: DType = DType::F32;
+}
+impl Element for f64 {
+    const DTYPE: DType = DType::F64;
+}
+impl Element for i32 {
+    const DTYPE: DType = DType::I32;
+}
+impl Element for i64 {
+    const DTYPE: DType = DType::I64;
+}
+
+/// A row-major array in 64-byte aligned, owned memory.
+pub struct AlignedBuffer {
+    ptr: *mut u8,
+    bytes: usize,
+    dtype: DType,
+    shape: Vec<i64>,
+}
+
+// SAFETY: the buffer exclusively owns its allocation, like a `Vec<u8>`.
+unsafe impl Send for AlignedBuffer {}
+// SAFETY: shared access only reads.
+unsafe impl Sync for AlignedBuffer {}
+
+impl AlignedBuffer {
+    /// A zero-filled buffer.
+    pub fn zeros(shape: &[i64], dtype: DType) -> Result<AlignedBuffer, BufferError> {
+        if matches!(dtype, DType::Bool) {
+            return Err(BufferError::BadDType(dtype));
+        }
+        let bad = || BufferError::BadShape {
+            shape: shape.to_vec(),
+            dtype,
+        };
+        let mut n: usize = 1;
+        for &d in shape {
+            let d = usize::try_from(d).map_err(|_| bad())?;
+            n = n.checked_mul(d).ok_or_else(bad)?;
+        }
+        let bytes = n.checked_mul(dtype.bytes()).ok_or_else(bad)?;
+        // Allocate at least one line so the pointer is always valid and aligned.
+        let layout =
+            Layout::from_size_align(bytes.max(BUFFER_ALIGN), BUFFER_ALIGN).map_err(|_| bad())?;
+        // SAFETY: the layout has a non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        if ptr.is_null() {
+            return Err(BufferError::OutOfMemory(bytes));
+        }
+        Ok(AlignedBuffer {
+            ptr,
+            bytes,
+            dtype,
+            shape: shape.to_vec(),
+        })
+    }
+
+    /// A copy of host data.
+    pub fn from_nd(nd: &NdData) -> Result<AlignedBuffer, BufferError> {
+        let mut b = AlignedBuffer::zeros(&nd.shape, nd.data.dtype())?;
+        match &nd.data {
+            Data::F32(v) => b.as_mut_slice::<f32>()?.copy_from_slice(v),
+            Data::F64(v) => b.as_mut_slice::<f64>()?.copy_from_slice(v),
+            Data::I32(v) => b.as_mut_slice::<i32>()?.copy_from_slice(v),
+        }
+        Ok(b)
+    }
+
+    /// Random contents from `seed`, the same values [`NdData::random`] gives.
+    pub fn random(shape: &[i64], dtype: DType, seed: u64) -> Result<AlignedBuffer, BufferError> {
+        let nd = NdData::random(shape, dtype, seed).ok_or(BufferError::BadDType(dtype))?;
+        AlignedBuffer::from_nd(&nd)
+    }
+
+    /// The contents as host data (i64 buffers are not host data types).
+    pub fn to_nd(&self) -> Result<NdData, BufferError> {
+        let data = match self.dtype {
+            DType::F32 => Data::F32(self.as_slice::<f32>()?.to_vec()),
+            DType::F64 => Data::F64(self.as_slice::<f64>()?.to_vec()),
+            DType::I32 => Data::I32(self.as_slice::<i32>()?.to_vec()),
+            d => return Err(BufferError::BadDType(d)),
+        };
+        Ok(NdData {
+            shape: self.shape.clone(),
+            data,
+        })
+    }
+
+    /// The elements, if `T` is the buffer's element type.
+    pub fn as_slice<T: Element>(&self) -> Result<&[T], BufferError> {
+        self.check::<T>()?;
+        // SAFETY: the allocation holds `len` initialized (zeroed or written) elements of T,
+        // aligned to 64 >= align_of::<T>().
+        Ok(unsafe { std::slice::from_raw_parts(self.ptr as *const T, self.len()) })
+    }
+
+    /// The elements, mutably, if `T` is the buffer's element type.
+    pub fn as_mut_slice<T: Element>(&mut self) -> Result<&mut [T], BufferError> {
+        self.check::<T>()?;
+        // SAFETY: as in `as_slice`, and `&mut self` makes the access exclusive.
+        Ok(unsafe { std::slice::from_raw_parts_mut(self.ptr as *mut T, self.len()) })
+    }
+
+    fn check<T: Element>(&self) -> Result<(), BufferError> {
+        if T::DTYPE != self.dtype {
+            return Err(BufferError::DTypeMismatch {
+                have: self.dtype,
+                want: T::DTYPE,
+            });
+        }
+        Ok(())
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.bytes / self.dtype.bytes()
+    }
+
+    /// True if the buffer has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.bytes == 0
+    }
+
+    /// Size in bytes.
+    pub fn byte_len(&self) -> usize {
+        self.bytes
+    }
+
+    /// Element type.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Logical shape.
+    pub fn shape(&self) -> &[i64] {
+        &self.shape
+    }
+
+    /// Start of the data (64-byte aligned).
+    pub fn as_ptr(&self) -> *const u8 {
+        self.ptr
+    }
+
+    /// Start of the data, for writing (64-byte aligned).
+    pub fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.ptr
+    }
+}
+
+impl Drop for AlignedBuffer {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `zeros` with exactly this layout.
+        unsafe {
+            std::alloc::dealloc(
+                self.ptr,
+                Layout::from_size_align_unchecked(self.bytes.max(BUFFER_ALIGN), BUFFER_ALIGN),
+            )
+        }
+    }
+}
+
+impl std::fmt::Debug for AlignedBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "AlignedBuffer({}{:?})", self.dtype, self.shape)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_and_checks_dtype() {
+        let nd = NdData::random(&[3, 5], DType::F32, 7).expect("f32 is data");
+        let b = AlignedBuffer::from_nd(&nd).expect("buffer");
+        assert_eq!(b.as_ptr() as usize % BUFFER_ALIGN, 0);
+        assert_eq!(b.to_nd().expect("nd"), nd);
+        assert!(b.as_slice::<f64>().is_err());
+        assert!(AlignedBuffer::zeros(&[-1], DType::F32).is_err());
+        assert!(AlignedBuffer::zeros(&[0], DType::F32)
+            .expect("empty")
+            .is_empty());
+    }
+}

@@ -1,0 +1,449 @@
+//! JIT codegen of hand-built loop IR: every loop kind, guarded tails, temporaries on the stack
+//! and the heap, intrinsics and dtypes, checked against the loop-IR interpreter (and, where
+//! simple, against values computed here).
+
+use tensortune::runtime::{AlignedBuffer, Runtime};
+use tensortune::{Kernel, RunError};
+use tensortune_schedules::data::{Data, NdData};
+use tensortune_schedules::expr::{self as ex, BinOp, Intrinsic};
+use tensortune_schedules::interp;
+use tensortune_schedules::ir::{BufKind, BufferDecl, ForKind, LoweredFunc, Scope, Stmt};
+use tensortune_schedules::{BufId, DType, Expr, Var};
+
+/// Builds a function from buffer declarations, with vars numbered as the test creates them.
+struct Builder {
+    buffers: Vec<BufferDecl>,
+    params: Vec<BufId>,
+    vars: u32,
+}
+
+impl Builder {
+    fn new() -> Builder {
+        Builder {
+            buffers: vec![],
+            params: vec![],
+            vars: 0,
+        }
+    }
+    fn buf(
+        &mut self,
+        name: &str,
+        dtype: DType,
+        shape: &[i64],
+        kind: BufKind,
+        scope: Scope,
+    ) -> BufId {
+        let id = BufId(self.buffers.len() as u32);
+        self.buffers.push(BufferDecl {
+            name: name.into(),
+            dtype,
+            shape: shape.to_vec(),
+            scope,
+            kind,
+        });
+        if !matches!(kind, BufKind::Temp) {
+            self.params.push(id);
+        }
+        id
+    }
+    fn input(&mut self, name: &str, dtype: DType, shape: &[i64]) -> BufId {
+        let n = self.params.len();
+        self.buf(name, dtype, shape, BufKind::Input(n), Scope::Global)
+    }
+    fn output(&mut self, name: &str, dtype: DType, shape: &[i64]) -> BufId {
+        self.buf(name, dtype, shape, BufKind::Output(0), Scope::Global)
+    }
+    fn var(&mut self, name: &str) -> Var {
+        self.vars += 1;
+        Var::new(self.vars - 1, name)
+    }
+    fn finish(self, name: &str, body: Stmt) -> LoweredFunc {
+        LoweredFunc {
+            name: name.into(),
+            buffers: self.buffers,
+            params: self.params,
+            body,
+            num_vars: self.vars,
+        }
+    }
+}
+
+fn for_(v: &Var, extent: i64, kind: ForKind, body: Stmt) -> Stmt {
+    Stmt::For {
+        var: v.clone(),
+        extent,
+        kind,
+        body: Box::new(body),
+    }
+}
+fn ld(buf: BufId, dtype: DType, index: Expr) -> Expr {
+    Expr::BufLoad {
+        buf,
+        dtype,
+        index: Box::new(index),
+    }
+}
+fn st(buf: BufId, index: Expr, value: Expr) -> Stmt {
+    Stmt::Store { buf, index, value }
+}
+fn v(x: &Var) -> Expr {
+    Expr::var(x)
+}
+fn add(a: Expr, b: Expr) -> Expr {
+    Expr::bin(BinOp::Add, a, b)
+}
+fn mul(a: Expr, b: Expr) -> Expr {
+    Expr::bin(BinOp::Mul, a, b)
+}
+fn int(x: i64) -> Expr {
+    Expr::int(x)
+}
+
+/// Runs `f` compiled and interpreted on random inputs; returns the largest relative difference.
+fn jit_vs_interp(f: &LoweredFunc, threads: usize, seed: u64) -> f64 {
+    let k = Kernel::compile(f).unwrap_or_else(|e| panic!("compile: {e}\n{f}"));
+    let inputs: Vec<NdData> = k
+        .inputs()
+        .enumerate()
+        .map(|(i, p)| NdData::random(&p.shape, p.dtype, seed + i as u64).expect("data dtype"))
+        .collect();
+    let want = interp::run(f, &inputs).unwrap_or_else(|e| panic!("interp: {e}\n{f}"));
+    let rt = Runtime::new(threads).expect("runtime");
+    let got = k.run_nd(&rt, &inputs).expect("run");
+    want.iter()
+        .zip(&got)
+        .map(|(w, g)| g.max_rel_diff(w).expect("same shape"))
+        .fold(0.0, f64::max)
+}
+
+/// C[i] = A[i] * 2 + B[i] over n elements, split by 16 with a guarded vectorized tail.
+fn axpy(n: i64, kind: ForKind) -> LoweredFunc {
+    let mut b = Builder::new();
+    let a = b.input("A", DType::F32, &[n]);
+    let bb = b.input("B", DType::F32, &[n]);
+    let c = b.output("C", DType::F32, &[n]);
+    let (vo, vi) = (b.var("vo"), b.var("vi"));
+    let i = add(mul(v(&vo), int(16)), v(&vi));
+    let body = st(
+        c,
+        i.clone(),
+        add(
+            mul(ld(a, DType::F32, i.clone()), Expr::f32(2.0)),
+            ld(bb, DType::F32, i.clone()),
+        ),
+    );
+    let guarded = Stmt::If {
+        cond: i.lt(int(n)),
+        then: Box::new(body),
+        otherwise: None,
+    };
+    let outer = (n + 15) / 16;
+    b.finish(
+        "axpy",
+        for_(&vo, outer, ForKind::Serial, for_(&vi, 16, kind, guarded)),
+    )
+}
+
+#[test]
+fn guarded_vector_tail_matches() {
+    for n in [1, 16, 37, 64, 101] {
+        for kind in [ForKind::Vectorized, ForKind::Serial, ForKind::Unrolled] {
+            let f = axpy(n, kind);
+            assert!(jit_vs_interp(&f, 1, 3) < 1e-6, "n={n} {kind:?}");
+        }
+    }
+}
+
+#[test]
+fn computes_known_values() {
+    let f = axpy(20, ForKind::Vectorized);
+    let k = Kernel::compile(&f).expect("compile");
+    let a = NdData::new(vec![20], Data::F32((0..20).map(|x| x as f32).collect())).expect("a");
+    let bb = NdData::new(vec![20], Data::F32(vec![1.0; 20])).expect("b");
+    let out = k.run_nd(&Runtime::serial(), &[a, bb]).expect("run");
+    let Data::F32(c) = &out[0].data else {
+        panic!("dtype")
+    };
+    assert_eq!(
+        c,
+        &(0..20).map(|x| 2.0 * x as f32 + 1.0).collect::<Vec<_>>()
+    );
+}
+
+/// C[M, N] = A[M, K] @ B[K, N] with a local accumulator tile of 4 x 16 held across k, the tile
+/// rows unrolled, columns vectorized, and row blocks parallel. M, N, K divisible by the tile.
+fn tiled_matmul(m: i64, n: i64, kk: i64, scope: Scope) -> LoweredFunc {
+    let mut b = Builder::new();
+    let a = b.input("A", DType::F32, &[m, kk]);
+    let bm = b.input("B", DType::F32, &[kk, n]);
+    let c = b.output("C", DType::F32, &[m, n]);
+    let acc = b.buf("acc", DType::F32, &[4, 16], BufKind::Temp, scope);
+    let (io, jo, k, ii, ji, ii2, ji2, ii3, ji3) = (
+        b.var("io"),
+        b.var("jo"),
+        b.var("k"),
+        b.var("ii"),
+        b.var("ji"),
+        b.var("ii2"),
+        b.var("ji2"),
+        b.var("ii3"),
+        b.var("ji3"),
+    );
+    let acc_i = |ii: &Var, ji: &Var| add(mul(v(ii), int(16)), v(ji));
+    let row = |ii: &Var| add(mul(v(&io), int(4)), v(ii));
+    let col = |ji: &Var| add(mul(v(&jo), int(16)), v(ji));
+    let init = for_(
+        &ii,
+        4,
+        ForKind::Unrolled,
+        for_(
+            &ji,
+            16,
+            ForKind::Vectorized,
+            st(acc, acc_i(&ii, &ji), Expr::f32(0.0)),
+        ),
+    );
+    let update = for_(
+        &k,
+        kk,
+        ForKind::Serial,
+        for_(
+            &ii2,
+            4,
+            ForKind::Unrolled,
+            for_(
+                &ji2,
+                16,
+                ForKind::Vectorized,
+                st(
+                    acc,
+                    acc_i(&ii2, &ji2),
+                    add(
+                        ld(acc, DType::F32, acc_i(&ii2, &ji2)),
+                        mul(
+                            ld(a, DType::F32, add(mul(row(&ii2), int(kk)), v(&k))),
+                            ld(bm, DType::F32, add(mul(v(&k), int(n)), col(&ji2))),
+                        ),
+                    ),
+                ),
+            ),
+        ),
+    );
+    let write = for_(
+        &ii3,
+        4,
+        ForKind::Unrolled,
+        for_(
+            &ji3,
+            16,
+            ForKind::Vectorized,
+            st(
+                c,
+                add(mul(row(&ii3), int(n)), col(&ji3)),
+                ld(acc, DType::F32, acc_i(&ii3, &ji3)),
+            ),
+        ),
+    );
+    let tile = Stmt::Allocate {
+        buf: acc,
+        body: Box::new(Stmt::seq(vec![init, update, write])),
+    };
+    let body = for_(
+        &io,
+        m / 4,
+        ForKind::Parallel,
+        for_(&jo, n / 16, ForKind::Serial, tile),
+    );
+    b.finish("tiled_matmul", body)
+}
+
+#[test]
+fn tiled_matmul_parallel_two_threads() {
+    let f = tiled_matmul(8, 32, 13, Scope::Local);
+    for threads in [1, 2] {
+        assert!(jit_vs_interp(&f, threads, 5) < 1e-5, "threads={threads}");
+    }
+}
+
+#[test]
+fn heap_temporary_matches() {
+    // The same tile in global scope comes from rt->alloc.
+    let f = tiled_matmul(4, 16, 5, Scope::Global);
+    assert!(jit_vs_interp(&f, 2, 9) < 1e-5);
+    let ir = tensortune::codegen::llvm::emit_llvm_ir(&f, &Default::default()).expect("ir");
+    assert!(
+        !ir.contains("alloca [64 x float]"),
+        "global temp on the stack:\n{ir}"
+    );
+}
+
+/// S[i] = sum_j A[i, j] with the reduction axis marked vectorized: lanes would race on S[i],
+/// so the codegen must fall back to a serial loop and still be right.
+#[test]
+fn vectorized_reduction_axis_falls_back() {
+    let mut b = Builder::new();
+    let a = b.input("A", DType::F32, &[3, 21]);
+    let s = b.output("S", DType::F32, &[3]);
+    let (i, i2, j) = (b.var("i"), b.var("i2"), b.var("j"));
+    let init = for_(&i, 3, ForKind::Serial, st(s, v(&i), Expr::f32(0.0)));
+    let red = for_(
+        &i2,
+        3,
+        ForKind::Serial,
+        for_(
+            &j,
+            21,
+            ForKind::Vectorized,
+            st(
+                s,
+                v(&i2),
+                add(
+                    ld(s, DType::F32, v(&i2)),
+                    ld(a, DType::F32, add(mul(v(&i2), int(21)), v(&j))),
+                ),
+            ),
+        ),
+    );
+    let f = b.finish("rowsum", Stmt::seq(vec![init, red]));
+    assert!(jit_vs_interp(&f, 1, 2) < 1e-5);
+}
+
+/// Every intrinsic and cast, in f32 and f64, vectorized and scalar, with a strided (gathered)
+/// and a broadcast operand.
+#[test]
+fn intrinsics_and_dtypes() {
+    for dtype in [DType::F32, DType::F64] {
+        for kind in [ForKind::Vectorized, ForKind::Serial] {
+            let mut b = Builder::new();
+            let a = b.input("A", dtype, &[2, 24]);
+            let c = b.output("C", dtype, &[24]);
+            let j = b.var("j");
+            let x = ld(a, dtype, v(&j));
+            let strided = ld(a, dtype, mul(v(&j), int(2)));
+            let bcast = ld(a, dtype, int(30));
+            let lit = |x: f64| {
+                if dtype == DType::F32 {
+                    Expr::f32(x as f32)
+                } else {
+                    Expr::f64(x)
+                }
+            };
+            let pos = add(Expr::Call(Intrinsic::Abs, Box::new(x.clone())), lit(0.5));
+            let terms = vec![
+                Expr::Call(Intrinsic::Exp, Box::new(x.clone())),
+                Expr::Call(Intrinsic::Log, Box::new(pos.clone())),
+                Expr::Call(Intrinsic::Sqrt, Box::new(pos)),
+                Expr::Call(Intrinsic::Tanh, Box::new(x.clone())),
+                ex::max(x.clone(), lit(0.0)),
+                ex::min(strided, bcast.clone()),
+                Expr::bin(BinOp::Div, x.clone(), lit(3.0)),
+                ex::select(
+                    x.clone().lt(lit(0.0)),
+                    x.clone().cast(DType::I32).cast(dtype),
+                    bcast,
+                ),
+            ];
+            let value = terms.into_iter().reduce(add).expect("terms");
+            let f = b.finish("intrin", for_(&j, 24, kind, st(c, v(&j), value)));
+            assert!(jit_vs_interp(&f, 1, 11) < 1e-5, "{dtype} {kind:?}");
+        }
+    }
+}
+
+/// i32 floor division and modulo by constants and by data, min/max/abs, comparisons.
+#[test]
+fn integer_ops() {
+    for kind in [ForKind::Vectorized, ForKind::Serial] {
+        let mut b = Builder::new();
+        let a = b.input("A", DType::I32, &[32]);
+        let d = b.input("D", DType::I32, &[32]);
+        let c = b.output("C", DType::I32, &[32]);
+        let j = b.var("j");
+        let x = ld(a, DType::I32, v(&j));
+        // Divisors in [1, 9) from data that is in [-8, 8).
+        let div = add(
+            Expr::Call(Intrinsic::Abs, Box::new(ld(d, DType::I32, v(&j)))),
+            Expr::i32(1),
+        );
+        let terms = vec![
+            x.clone().floordiv(Expr::i32(3)),
+            x.clone().floormod(Expr::i32(5)),
+            x.clone().floordiv(div.clone()),
+            x.clone().floormod(div),
+            ex::max(x.clone(), Expr::i32(-2)),
+            ex::select(x.clone().ge(Expr::i32(0)), Expr::i32(100), Expr::i32(-100)),
+            v(&j).cast(DType::I32),
+        ];
+        let value = terms.into_iter().reduce(add).expect("terms");
+        let f = b.finish("intops", for_(&j, 32, kind, st(c, v(&j), value)));
+        assert_eq!(jit_vs_interp(&f, 1, 4), 0.0, "{kind:?}");
+    }
+}
+
+/// A select whose untaken branch would read out of bounds (padding) must not read it.
+#[test]
+fn select_with_out_of_bounds_branch() {
+    for kind in [ForKind::Vectorized, ForKind::Serial] {
+        let mut b = Builder::new();
+        let a = b.input("A", DType::F32, &[10]);
+        let c = b.output("C", DType::F32, &[16]);
+        let j = b.var("j");
+        let idx = add(v(&j), int(-3));
+        let inside = idx.clone().ge(int(0)).and(idx.clone().lt(int(10)));
+        let value = ex::select(inside, ld(a, DType::F32, idx), Expr::f32(0.0));
+        let f = b.finish("pad", for_(&j, 16, kind, st(c, v(&j), value)));
+        assert_eq!(jit_vs_interp(&f, 1, 8), 0.0, "{kind:?}");
+    }
+}
+
+#[test]
+fn shape_and_dtype_mismatch_are_errors() {
+    let k = Kernel::compile(&axpy(20, ForKind::Vectorized)).expect("compile");
+    let rt = Runtime::serial();
+    let good = AlignedBuffer::zeros(&[20], DType::F32).expect("buf");
+    let short = AlignedBuffer::zeros(&[19], DType::F32).expect("buf");
+    let wrong = AlignedBuffer::zeros(&[20], DType::F64).expect("buf");
+    let mut out = AlignedBuffer::zeros(&[20], DType::F32).expect("buf");
+    let r = k.run(&rt, &[&good, &short], &mut [&mut out]);
+    assert!(matches!(r, Err(RunError::Shape { .. })), "{r:?}");
+    let r = k.run(&rt, &[&good, &wrong], &mut [&mut out]);
+    assert!(matches!(r, Err(RunError::DType { .. })), "{r:?}");
+    let r = k.run(&rt, &[&good], &mut [&mut out]);
+    assert!(matches!(r, Err(RunError::ArgCount { .. })), "{r:?}");
+    let mut bad_out = AlignedBuffer::zeros(&[2, 10], DType::F32).expect("buf");
+    let r = k.run(&rt, &[&good, &good], &mut [&mut bad_out]);
+    assert!(matches!(r, Err(RunError::Shape { .. })), "{r:?}");
+    assert!(k.run(&rt, &[&good, &good], &mut [&mut out]).is_ok());
+    assert!(k
+        .run_nd(&rt, &[NdData::random(&[20], DType::I32, 1).expect("i32")])
+        .is_err());
+}
+
+#[test]
+fn avx512_assembly_uses_zmm() {
+    let host = tensortune::codegen::HostTarget::host();
+    if !host.has_feature("avx512f") {
+        eprintln!("skipped: host {} has no AVX-512", host.cpu);
+        return;
+    }
+    let asm =
+        tensortune::codegen::llvm::emit_asm(&axpy(64, ForKind::Vectorized), &Default::default())
+            .expect("asm");
+    assert!(asm.contains("zmm"), "no zmm register in:\n{asm}");
+}
+
+#[test]
+fn invalid_ir_is_an_error() {
+    let mut b = Builder::new();
+    let c = b.output("C", DType::F32, &[4]);
+    let j = b.var("j");
+    let stray = Var::new(7, "stray");
+    let f = b.finish(
+        "bad",
+        for_(&j, 4, ForKind::Serial, st(c, v(&stray), Expr::f32(1.0))),
+    );
+    assert!(Kernel::compile(&f).is_err());
+    let mut g = axpy(4, ForKind::Serial);
+    g.name = "not a name".into();
+    assert!(Kernel::compile(&g).is_err());
+}
