@@ -140,9 +140,16 @@ impl RecordsError {
                 source.kind(),
                 std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied
             ),
-            RecordsError::Sqlite { .. }
-            | RecordsError::InvalidRecord { .. }
-            | RecordsError::UnknownRun { .. } => false,
+            // A path in a missing folder, or a file or folder without write permission.
+            RecordsError::Sqlite { source, .. } => matches!(
+                source.sqlite_error_code(),
+                Some(
+                    rusqlite::ErrorCode::CannotOpen
+                        | rusqlite::ErrorCode::ReadOnly
+                        | rusqlite::ErrorCode::PermissionDenied
+                )
+            ),
+            RecordsError::InvalidRecord { .. } | RecordsError::UnknownRun { .. } => false,
         }
     }
 }

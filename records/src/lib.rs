@@ -44,6 +44,8 @@
 //! # Ok::<(), tensortune_records::RecordsError>(())
 //! ```
 
+#![warn(missing_docs)]
+
 mod db;
 mod error;
 mod hash;

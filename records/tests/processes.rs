@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 use common::*;
 use tensortune_records::{Database, NewRecord};
 
-const ROLE: &str = "TENSORTUNE_RECORDS_TEST_ROLE";
 const DB: &str = "TENSORTUNE_RECORDS_TEST_DB";
 const TAG: &str = "TENSORTUNE_RECORDS_TEST_TAG";
 const BATCHES: &str = "TENSORTUNE_RECORDS_TEST_BATCHES";
@@ -43,12 +42,12 @@ fn batch(tag: &str, index: usize) -> Vec<NewRecord> {
         .collect()
 }
 
-/// The child's side: insert batches and print `committed N` after each commit.
+/// The child's side: insert batches and print `committed N` after each commit; stop after
+/// `BATCHES` batches, or never (until killed) without it.
 #[test]
 #[ignore = "run by the other tests as a child process"]
 fn child() {
-    let (Ok(role), Ok(db), Ok(tag)) = (std::env::var(ROLE), std::env::var(DB), std::env::var(TAG))
-    else {
+    let (Ok(db), Ok(tag)) = (std::env::var(DB), std::env::var(TAG)) else {
         return;
     };
     let limit: usize = std::env::var(BATCHES)
@@ -63,10 +62,9 @@ fn child() {
         println!("committed {}", index + 1);
     }
     db.finish_run(run).expect("child finish");
-    assert_eq!(role, "writer");
 }
 
-fn spawn(role: &str, db: &Path, tag: &str, batches: Option<usize>) -> Child {
+fn spawn(db: &Path, tag: &str, batches: Option<usize>) -> Child {
     let exe = std::env::current_exe().expect("test binary");
     let mut cmd = Command::new(exe);
     cmd.args([
@@ -76,7 +74,6 @@ fn spawn(role: &str, db: &Path, tag: &str, batches: Option<usize>) -> Child {
         "--nocapture",
         "--test-threads=1",
     ])
-    .env(ROLE, role)
     .env(DB, db)
     .env(TAG, tag)
     .stdout(Stdio::piped())
@@ -94,8 +91,8 @@ fn two_processes_writing_at_once_lose_nothing() {
     let path = db_path(&dir, "shared.db");
     let batches = 100;
     let children = [
-        spawn("writer", &path, "left", Some(batches)),
-        spawn("writer", &path, "right", Some(batches)),
+        spawn(&path, "left", Some(batches)),
+        spawn(&path, "right", Some(batches)),
     ];
     for child in children {
         let out = child.wait_with_output().expect("wait");
@@ -125,7 +122,7 @@ fn sigkill_during_inserts_keeps_every_committed_batch() {
         .into_iter()
         .enumerate()
     {
-        let mut child = spawn("looper", &path, &format!("round{round}"), None);
+        let mut child = spawn(&path, &format!("round{round}"), None);
         // The reader stays open until after the kill: closing the pipe early would make the
         // child die of a broken pipe between batches instead of by SIGKILL at a random point.
         let mut stdout = BufReader::new(child.stdout.take().expect("child stdout"));
