@@ -19,6 +19,8 @@ use ndarray::{ArrayD, ArrayViewD, IxDyn};
 use std::mem::ManuallyDrop;
 use tensortune_schedules::data::NdData;
 use tensortune_schedules::ir::{BufKind, LoweredFunc, Stmt};
+use tensortune_schedules::lower::{lower, LowerError};
+use tensortune_schedules::schedule::State;
 use tensortune_schedules::DType;
 
 /// `NAME_packed(args, rt)` of the ABI.
@@ -174,7 +176,24 @@ fn check_no_input_stores(func: &LoweredFunc) -> Result<(), CodegenError> {
     }
 }
 
+/// Why a schedule state could not be built into a kernel.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum BuildError {
+    /// Lowering refused the state.
+    #[error("lowering: {0}")]
+    Lower(#[from] LowerError),
+    /// The backend refused the loop IR.
+    #[error("codegen: {0}")]
+    Codegen(#[from] CodegenError),
+}
+
 impl Kernel {
+    /// Lowers a schedule state and compiles it.
+    pub fn from_state(state: &State, opts: &CodegenOptions) -> Result<Kernel, BuildError> {
+        let func = lower(state)?;
+        Ok(Kernel::compile_with(&func, opts)?)
+    }
+
     /// Compiles `func` with the default options.
     pub fn compile(func: &LoweredFunc) -> Result<Kernel, CodegenError> {
         Kernel::compile_with(func, &CodegenOptions::default())

@@ -4,6 +4,7 @@ pub use tensortune_schedules as schedules;
 pub mod cli;
 pub mod codegen;
 pub mod kernel;
+pub mod measure;
 pub mod runtime;
 
-pub use kernel::{Kernel, ParamSpec, RunError};
+pub use kernel::{BuildError, Kernel, ParamSpec, RunError};

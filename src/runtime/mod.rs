@@ -19,18 +19,22 @@ mod pool;
 pub use buffer::{AlignedBuffer, BufferError};
 pub use pool::Runtime;
 
-/// Evicts the cache lines of `bufs` from every cache level (x86-64: `clflush` on each line;
-/// elsewhere, a write over a scratch area larger than a typical last-level cache).
+/// Evicts the cache lines of `bufs` from every cache level.
 pub fn flush_cache(bufs: &[&AlignedBuffer]) {
+    let ranges: Vec<(*const u8, usize)> = bufs.iter().map(|b| (b.as_ptr(), b.byte_len())).collect();
+    flush_ranges(&ranges);
+}
+
+/// Evicts `(start, bytes)` ranges of live allocations from the caches (x86-64: `clflush` on
+/// each line; elsewhere, a write over a scratch area larger than a typical last-level cache).
+pub(crate) fn flush_ranges(ranges: &[(*const u8, usize)]) {
     #[cfg(target_arch = "x86_64")]
     {
-        for b in bufs {
-            let ptr = b.as_ptr();
-            let bytes = b.byte_len();
+        for &(ptr, bytes) in ranges {
             let mut off = 0;
             while off < bytes {
-                // SAFETY: `ptr + off` lies inside the buffer's allocation; clflush only
-                // evicts the line and neither reads nor writes memory visibly.
+                // SAFETY: `ptr + off` lies inside a live allocation (the caller's promise);
+                // clflush only evicts the line and neither reads nor writes memory visibly.
                 unsafe { core::arch::x86_64::_mm_clflush(ptr.add(off)) };
                 off += 64;
             }
@@ -40,7 +44,7 @@ pub fn flush_cache(bufs: &[&AlignedBuffer]) {
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = bufs;
+        let _ = ranges;
         let mut scratch = vec![0u8; 64 << 20];
         for (i, x) in scratch.iter_mut().enumerate().step_by(64) {
             *x = i as u8;

@@ -1,0 +1,166 @@
+//! Running one candidate in a forked child with a watchdog (see the parent module's doc).
+
+use super::{internal, measure_one, MeasureOptions, Reference};
+use crate::kernel::Kernel;
+use tensortune_tuner::measure::{MeasureError, MeasureErrorKind, MeasureResult};
+
+#[cfg(unix)]
+pub(super) fn run_forked(
+    k: &Kernel,
+    reference: &Reference,
+    opts: &MeasureOptions,
+) -> MeasureResult {
+    use std::time::Instant;
+
+    let mut fds = [0i32; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe() writes.
+    if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
+        return Err(internal(format!(
+            "pipe: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    let (rd, wr) = (fds[0], fds[1]);
+    // SAFETY: the child only runs `child_main`, which touches no lock another thread of the
+    // parent could hold except the allocator's, which glibc resets in the child; it then
+    // leaves with `_exit`, running no destructors or atexit handlers of the parent.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        let e = std::io::Error::last_os_error();
+        // SAFETY: closing descriptors we own.
+        unsafe {
+            libc::close(rd);
+            libc::close(wr);
+        }
+        return Err(internal(format!("fork: {e}")));
+    }
+    if pid == 0 {
+        // SAFETY: in the child; `rd` is the parent's end.
+        unsafe { libc::close(rd) };
+        child_main(k, reference, opts, wr);
+    }
+    // SAFETY: the parent's copy of the write end; closing it lets EOF arrive when the child
+    // exits.
+    unsafe { libc::close(wr) };
+    let deadline = Instant::now() + opts.timeout;
+    let mut msg = Vec::new();
+    let mut timed_out = false;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            timed_out = true;
+            break;
+        }
+        let mut pfd = libc::pollfd {
+            fd: rd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = left.as_millis().clamp(1, i32::MAX as u128) as i32;
+        // SAFETY: one valid pollfd.
+        let r = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if r < 0 {
+            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            break;
+        }
+        if r == 0 {
+            continue;
+        }
+        let mut buf = [0u8; 4096];
+        // SAFETY: reading into a local buffer of the given size.
+        let n = unsafe { libc::read(rd, buf.as_mut_ptr() as *mut libc::c_void, buf.len()) };
+        if n <= 0 {
+            if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            break;
+        }
+        msg.extend_from_slice(&buf[..n as usize]);
+    }
+    // SAFETY: our read end.
+    unsafe { libc::close(rd) };
+    if timed_out {
+        // SAFETY: `pid` is our child, not yet reaped.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    let mut status = 0i32;
+    // SAFETY: reaping our own child.
+    while unsafe { libc::waitpid(pid, &mut status, 0) } < 0 {
+        if std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            return Err(internal("waitpid failed".into()));
+        }
+    }
+    if timed_out {
+        return Err(MeasureError::new(
+            MeasureErrorKind::Timeout,
+            format!(
+                "still running after {:.1} s; killed",
+                opts.timeout.as_secs_f64()
+            ),
+        ));
+    }
+    if libc::WIFSIGNALED(status) {
+        let sig = libc::WTERMSIG(status);
+        return Err(MeasureError::new(
+            MeasureErrorKind::Runtime,
+            format!("crashed with signal {sig} ({})", signal_name(sig)),
+        ));
+    }
+    serde_json::from_slice::<MeasureResult>(&msg).map_err(|e| {
+        internal(format!(
+            "child exited with status {status} and no result ({e})"
+        ))
+    })?
+}
+
+#[cfg(unix)]
+fn child_main(k: &Kernel, reference: &Reference, opts: &MeasureOptions, wr: i32) -> ! {
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let rt = crate::runtime::Runtime::new(opts.threads).map_err(|e| internal(e.to_string()))?;
+        measure_one(k, reference, opts, &rt)
+    }))
+    .unwrap_or_else(|_| Err(internal("the measuring child panicked".into())));
+    let bytes = serde_json::to_vec(&result).unwrap_or_default();
+    let mut off = 0;
+    while off < bytes.len() {
+        // SAFETY: writing from a live buffer to our pipe end.
+        let n = unsafe {
+            libc::write(
+                wr,
+                bytes[off..].as_ptr() as *const libc::c_void,
+                bytes.len() - off,
+            )
+        };
+        if n <= 0 {
+            break;
+        }
+        off += n as usize;
+    }
+    // SAFETY: leave at once, without running the parent's exit handlers in the child.
+    unsafe { libc::_exit(0) }
+}
+
+#[cfg(unix)]
+fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGSEGV => "segmentation fault",
+        libc::SIGBUS => "bus error",
+        libc::SIGILL => "illegal instruction",
+        libc::SIGFPE => "arithmetic exception",
+        libc::SIGABRT => "abort",
+        libc::SIGKILL => "killed",
+        _ => "signal",
+    }
+}
+
+#[cfg(not(unix))]
+pub(super) fn run_forked(
+    k: &Kernel,
+    reference: &Reference,
+    opts: &MeasureOptions,
+) -> MeasureResult {
+    let rt = crate::runtime::Runtime::new(opts.threads).map_err(|e| internal(e.to_string()))?;
+    measure_one(k, reference, opts, &rt)
+}

@@ -1,0 +1,354 @@
+//! Honest measurement of candidate schedules on the host CPU.
+//!
+//! [`CpuMeasurer`] implements the tuner's [`Measurer`]: for a batch of candidates of one
+//! workload it
+//! 1. draws random inputs from a seed and computes the reference outputs with the direct
+//!    evaluator (cached per workload, since the evaluator is slow on large shapes);
+//! 2. lowers and compiles every candidate, in parallel on rayon's pool;
+//! 3. runs the candidates one after another, so they do not disturb each other: first one
+//!    run whose outputs (pre-filled with NaN / `i32::MIN`, so unwritten elements show) are
+//!    compared with the reference under [`tolerance`]; then `warmup` runs; then `repeat`
+//!    timings of `number` back-to-back runs each, with `number` grown until one timing lasts
+//!    at least `min_repeat_ms`, optionally flushing the buffers from the caches before each
+//!    timing ([`time_kernel`]).
+//!
+//! **Isolation.** With [`Isolation::Fork`] (the default on Unix) each candidate runs in a
+//! forked child that inherits the compiled code and the data copy-on-write and reports back
+//! through a pipe. A crash (SIGSEGV, SIGILL, SIGFPE...) kills only the child and becomes a
+//! `Runtime` error naming the signal; a child still running at `timeout` is killed with
+//! SIGKILL and becomes a `Timeout`. Forking needs no re-compilation and no helper binary,
+//! which a re-executed worker process would; the price is the usual rule for forking a
+//! threaded process: the child uses only the forking thread, a fresh thread pool of its own,
+//! and the allocator (which glibc makes safe across `fork`). With [`Isolation::InProcess`]
+//! (for debugging, and the only mode elsewhere) a crash ends the process and a hang is not
+//! interrupted.
+
+mod isolate;
+
+use crate::codegen::{CodegenOptions, HostTarget};
+use crate::kernel::{BuildError, Kernel};
+use crate::runtime::{flush_ranges, AlignedBuffer, Runtime};
+use rayon::prelude::*;
+use std::time::{Duration, Instant};
+use tensortune_schedules::data::NdData;
+use tensortune_schedules::schedule::State;
+use tensortune_schedules::te::OpKind;
+use tensortune_schedules::{eval, ComputeDag, DType, Expr};
+use tensortune_tuner::measure::{MeasureError, MeasureErrorKind, MeasureResult, Measurer, Timing};
+
+/// How candidates are kept from taking the measurer down with them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Isolation {
+    /// Run in the measuring process: fastest, but a crash or hang is fatal.
+    InProcess,
+    /// Run each candidate in a forked child with a watchdog (Unix only).
+    Fork,
+}
+
+/// Settings of [`CpuMeasurer`] and [`time_kernel`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct MeasureOptions {
+    /// Timings per candidate; the reported time is their median.
+    pub repeat: usize,
+    /// Runs before timing starts (after the checked run).
+    pub warmup: usize,
+    /// A timing lasts at least this long; `number` grows until it does.
+    pub min_repeat_ms: f64,
+    /// Evict the buffers from the caches before each timing.
+    pub flush_cache: bool,
+    /// Threads for parallel loops (1: serial).
+    pub threads: usize,
+    /// A candidate running longer than this (check, warm-up and timings) is stopped.
+    pub timeout: Duration,
+    /// See [`Isolation`].
+    pub isolation: Isolation,
+    /// Seed of the random inputs.
+    pub seed: u64,
+    /// Compare outputs with the reference before timing.
+    pub check: bool,
+    /// Code generation settings.
+    pub codegen: CodegenOptions,
+}
+
+impl Default for MeasureOptions {
+    fn default() -> Self {
+        MeasureOptions {
+            repeat: 5,
+            warmup: 1,
+            // BENCHMARKS.md: timings of at least 100 ms swamp timer noise.
+            min_repeat_ms: 100.0,
+            flush_cache: false,
+            threads: 1,
+            timeout: Duration::from_secs(20),
+            isolation: if cfg!(unix) {
+                Isolation::Fork
+            } else {
+                Isolation::InProcess
+            },
+            seed: 0,
+            check: true,
+            codegen: CodegenOptions::default(),
+        }
+    }
+}
+
+/// Relative tolerance (as in [`NdData::max_rel_diff`]) for outputs of `dtype` computed through
+/// reductions of up to `reduce_len` terms in a different order than the reference: rounding
+/// errors of a sum grow like the square root of its length for random data, and with a
+/// margin of 16 ulps per term-root for `exp`/`log` and fused multiply-adds. Integers are exact.
+pub fn tolerance(dtype: DType, reduce_len: i64) -> f64 {
+    let growth = (reduce_len.max(1) as f64).sqrt();
+    match dtype {
+        DType::F32 => 16.0 * f32::EPSILON as f64 * growth,
+        DType::F64 => 16.0 * f64::EPSILON * growth,
+        _ => 0.0,
+    }
+}
+
+/// The longest reduction of any stage of `dag` (product of its reduce axes), 1 if none.
+pub fn max_reduction_len(dag: &ComputeDag) -> i64 {
+    let mut worst = 1i64;
+    for op in dag.ops() {
+        if let OpKind::Compute { body, .. } = &op.kind {
+            body.visit(&mut |e| {
+                if let Expr::Reduce { axes, .. } = e {
+                    let n = axes.iter().map(|a| a.extent.max(1)).product::<i64>();
+                    worst = worst.max(n);
+                }
+            });
+        }
+    }
+    worst
+}
+
+/// Random inputs of `dag` from `seed`, in its input order.
+pub fn random_inputs(dag: &ComputeDag, seed: u64) -> Result<Vec<NdData>, MeasureError> {
+    dag.inputs()
+        .iter()
+        .enumerate()
+        .map(|(i, &t)| {
+            let op = dag.op(t);
+            NdData::random(
+                &op.shape,
+                op.dtype,
+                seed.wrapping_mul(31).wrapping_add(i as u64),
+            )
+            .ok_or_else(|| internal(format!("input `{}` has no data dtype", op.name)))
+        })
+        .collect()
+}
+
+fn internal(m: String) -> MeasureError {
+    MeasureError::new(MeasureErrorKind::Internal, m)
+}
+
+/// Inputs, reference outputs and tolerance for one workload.
+pub(crate) struct Reference {
+    inputs: Vec<AlignedBuffer>,
+    outputs: Vec<NdData>,
+    tol: f64,
+}
+
+/// Measures candidates on this CPU; see the module doc.
+pub struct CpuMeasurer {
+    opts: MeasureOptions,
+    /// Reference of the last workload measured, keyed by its printed DAG.
+    cache: Option<(String, std::sync::Arc<Reference>)>,
+}
+
+impl CpuMeasurer {
+    /// A measurer with these settings.
+    pub fn new(opts: MeasureOptions) -> CpuMeasurer {
+        CpuMeasurer { opts, cache: None }
+    }
+
+    /// The settings.
+    pub fn options(&self) -> &MeasureOptions {
+        &self.opts
+    }
+
+    fn reference(&mut self, dag: &ComputeDag) -> Result<std::sync::Arc<Reference>, MeasureError> {
+        let key = format!("{dag:?}");
+        if let Some((k, r)) = &self.cache {
+            if *k == key {
+                return Ok(r.clone());
+            }
+        }
+        let inputs = random_inputs(dag, self.opts.seed)?;
+        let outputs =
+            eval::evaluate(dag, &inputs).map_err(|e| internal(format!("reference: {e}")))?;
+        let dtype = outputs
+            .first()
+            .map(|o| o.data.dtype())
+            .unwrap_or(DType::F32);
+        let r = std::sync::Arc::new(Reference {
+            inputs: inputs
+                .iter()
+                .map(AlignedBuffer::from_nd)
+                .collect::<Result<_, _>>()
+                .map_err(|e| internal(e.to_string()))?,
+            outputs,
+            tol: tolerance(dtype, max_reduction_len(dag)),
+        });
+        self.cache = Some((key, r.clone()));
+        Ok(r)
+    }
+}
+
+impl CpuMeasurer {
+    /// Checks and times already compiled kernels of `dag` (hand-written IR, say), with the
+    /// same reference, isolation and timing as [`Measurer::measure`].
+    pub fn measure_kernels(&mut self, dag: &ComputeDag, kernels: &[Kernel]) -> Vec<MeasureResult> {
+        match self.reference(dag) {
+            Ok(r) => kernels.iter().map(|k| self.run_one(k, &r)).collect(),
+            Err(e) => kernels.iter().map(|_| Err(e.clone())).collect(),
+        }
+    }
+
+    fn run_one(&self, k: &Kernel, reference: &Reference) -> MeasureResult {
+        match self.opts.isolation {
+            Isolation::Fork => isolate::run_forked(k, reference, &self.opts),
+            Isolation::InProcess => {
+                let rt = Runtime::new(self.opts.threads).map_err(|e| internal(e.to_string()))?;
+                measure_one(k, reference, &self.opts, &rt)
+            }
+        }
+    }
+}
+
+impl Measurer for CpuMeasurer {
+    fn measure(&mut self, dag: &ComputeDag, candidates: &[State]) -> Vec<MeasureResult> {
+        let reference = match self.reference(dag) {
+            Ok(r) => r,
+            Err(e) => return candidates.iter().map(|_| Err(e.clone())).collect(),
+        };
+        let codegen = self.opts.codegen.clone();
+        let kernels: Vec<Result<Kernel, MeasureError>> = candidates
+            .par_iter()
+            .map(|s| {
+                Kernel::from_state(s, &codegen).map_err(|e| match e {
+                    BuildError::Lower(e) => {
+                        MeasureError::new(MeasureErrorKind::Lower, e.to_string())
+                    }
+                    BuildError::Codegen(e) => {
+                        MeasureError::new(MeasureErrorKind::Compile, e.to_string())
+                    }
+                })
+            })
+            .collect();
+        kernels
+            .into_iter()
+            .map(|k| self.run_one(&k?, &reference))
+            .collect()
+    }
+
+    fn target_key(&self) -> String {
+        HostTarget::host().key(self.opts.threads)
+    }
+}
+
+/// Output buffers pre-filled with a value no correct kernel leaves behind.
+fn poisoned_outputs(k: &Kernel) -> Result<Vec<AlignedBuffer>, MeasureError> {
+    k.outputs()
+        .map(|p| {
+            let mut b =
+                AlignedBuffer::zeros(&p.shape, p.dtype).map_err(|e| internal(e.to_string()))?;
+            match p.dtype {
+                DType::F32 => b.as_mut_slice::<f32>().map(|s| s.fill(f32::NAN)),
+                DType::F64 => b.as_mut_slice::<f64>().map(|s| s.fill(f64::NAN)),
+                DType::I32 => b.as_mut_slice::<i32>().map(|s| s.fill(i32::MIN)),
+                _ => Ok(()),
+            }
+            .map_err(|e| internal(e.to_string()))?;
+            Ok(b)
+        })
+        .collect()
+}
+
+/// Check, warm up and time one kernel (what a forked child does).
+pub(crate) fn measure_one(
+    k: &Kernel,
+    reference: &Reference,
+    opts: &MeasureOptions,
+    rt: &Runtime,
+) -> MeasureResult {
+    let mut outs = poisoned_outputs(k)?;
+    let ins: Vec<&AlignedBuffer> = reference.inputs.iter().collect();
+    {
+        let mut out_refs: Vec<&mut AlignedBuffer> = outs.iter_mut().collect();
+        k.run(rt, &ins, &mut out_refs)
+            .map_err(|e| MeasureError::new(MeasureErrorKind::Runtime, e.to_string()))?;
+    }
+    if opts.check {
+        for (i, (o, want)) in outs.iter().zip(&reference.outputs).enumerate() {
+            let got = o.to_nd().map_err(|e| internal(e.to_string()))?;
+            let d = got.max_rel_diff(want).ok_or_else(|| {
+                internal(format!("output {i} has another shape than the reference"))
+            })?;
+            if d.is_nan() || d > reference.tol {
+                return Err(MeasureError::new(
+                    MeasureErrorKind::WrongResult,
+                    format!(
+                        "output {i} differs from the reference by {d:.3e} (tolerance {:.1e})",
+                        reference.tol
+                    ),
+                ));
+            }
+        }
+    }
+    let mut out_refs: Vec<&mut AlignedBuffer> = outs.iter_mut().collect();
+    time_kernel(k, rt, &ins, &mut out_refs, opts)
+}
+
+/// Times `k` on the given arguments: `warmup` runs, then `repeat` timings of `number` runs
+/// each, `number` grown (by at least 1.6x, like TVM's runner) until a timing lasts
+/// `min_repeat_ms`.
+pub fn time_kernel(
+    k: &Kernel,
+    rt: &Runtime,
+    inputs: &[&AlignedBuffer],
+    outputs: &mut [&mut AlignedBuffer],
+    opts: &MeasureOptions,
+) -> MeasureResult {
+    let ptrs = k
+        .prepare(inputs, outputs)
+        .map_err(|e| MeasureError::new(MeasureErrorKind::Runtime, e.to_string()))?;
+    let run = |n: u64| -> Result<f64, MeasureError> {
+        let t0 = Instant::now();
+        for _ in 0..n {
+            // SAFETY: `prepare` checked every argument; the buffers outlive this closure.
+            let code = unsafe { k.call_raw(&ptrs, rt) };
+            k.status(code)
+                .map_err(|e| MeasureError::new(MeasureErrorKind::Runtime, e.to_string()))?;
+        }
+        Ok(t0.elapsed().as_secs_f64())
+    };
+    for _ in 0..opts.warmup {
+        run(1)?;
+    }
+    let min_s = opts.min_repeat_ms / 1e3;
+    let mut number: u64 = 1;
+    loop {
+        let t = run(number)?;
+        if t >= min_s || number >= 1 << 30 {
+            break;
+        }
+        let per_run = (t / number as f64).max(1e-9);
+        let need = (min_s / per_run * 1.05).ceil() as u64;
+        number = need.max(number + number * 3 / 5 + 1).min(1 << 30);
+    }
+    let sizes: Vec<usize> = inputs
+        .iter()
+        .map(|b| b.byte_len())
+        .chain(outputs.iter().map(|b| b.byte_len()))
+        .collect();
+    let ranges: Vec<(*const u8, usize)> = ptrs.iter().map(|p| *p as *const u8).zip(sizes).collect();
+    let mut repeats = Vec::with_capacity(opts.repeat.max(1));
+    for _ in 0..opts.repeat.max(1) {
+        if opts.flush_cache {
+            flush_ranges(&ranges);
+        }
+        repeats.push(run(number)? / number as f64);
+    }
+    Timing::from_repeats(repeats, number).ok_or_else(|| internal("no timings".into()))
+}

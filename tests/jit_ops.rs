@@ -1,0 +1,152 @@
+//! The JIT against the direct evaluator: every op of the library at small and odd shapes
+//! (default schedules and a vectorized/parallel/unrolled one), and random valid traces.
+
+use tensortune::measure::{max_reduction_len, random_inputs, tolerance};
+use tensortune::runtime::Runtime;
+use tensortune::Kernel;
+use tensortune_schedules::ir::{ForKind, LoweredFunc, Stmt};
+use tensortune_schedules::lower::lower;
+use tensortune_schedules::ops::WorkloadSpec;
+use tensortune_schedules::random::random_state;
+use tensortune_schedules::schedule::State;
+use tensortune_schedules::{eval, ComputeDag};
+
+const SPECS: &[&str] = &[
+    "matmul:M=6,N=10,K=7",
+    "matmul:M=13,N=17,K=19",
+    "matmul:M=32,N=48,K=16",
+    "batch_matmul:B=2,M=5,N=7,K=3",
+    "dense_bias_relu:M=5,N=19,K=11",
+    "conv2d:N=1,C=3,H=7,W=7,K=5,R=3,S=3,stride=1,pad=1",
+    "conv2d:N=2,C=2,H=9,W=8,K=3,R=3,S=2,stride=2,pad=0",
+    "depthwise_conv2d:N=1,C=3,H=11,W=7,R=3,S=3,stride=2,pad=1",
+    "softmax:M=5,N=23",
+    "reduce_sum:M=3,N=37",
+    "matmul:M=5,N=9,K=3,dtype=f64",
+    "reduce_sum:M=4,N=13,dtype=i32",
+];
+
+fn dag(spec: &str) -> ComputeDag {
+    WorkloadSpec::parse(spec)
+        .unwrap_or_else(|e| panic!("{spec}: {e}"))
+        .build()
+        .unwrap_or_else(|e| panic!("{spec}: {e}"))
+}
+
+/// Compiles and runs `state` and compares with the evaluator; returns the lowered function.
+fn check(spec: &str, dag: &ComputeDag, state: &State, seed: u64, threads: usize) -> LoweredFunc {
+    let f = lower(state).unwrap_or_else(|e| panic!("{spec}: lower: {e}\n{state}"));
+    let k = Kernel::compile(&f).unwrap_or_else(|e| panic!("{spec}: compile: {e}\n{f}"));
+    let ins = random_inputs(dag, seed).expect("inputs");
+    let want = eval::evaluate(dag, &ins).expect("evaluate");
+    let rt = Runtime::new(threads).expect("runtime");
+    let got = k
+        .run_nd(&rt, &ins)
+        .unwrap_or_else(|e| panic!("{spec}: run: {e}"));
+    let tol = tolerance(want[0].data.dtype(), max_reduction_len(dag));
+    for (w, g) in want.iter().zip(&got) {
+        let d = g.max_rel_diff(w).expect("same shape and dtype");
+        assert!(
+            d <= tol,
+            "{spec} seed {seed}: differs by {d} > {tol}\n{}\n{f}",
+            state.trace()
+        );
+    }
+    f
+}
+
+#[test]
+fn every_op_default_schedule() {
+    for (i, spec) in SPECS.iter().enumerate() {
+        let d = dag(spec);
+        check(spec, &d, &State::new(&d), i as u64, 1);
+    }
+}
+
+/// Innermost loop of the last stage vectorized, outermost parallel, the one before the
+/// innermost unrolled (where those apply).
+#[test]
+fn every_op_annotated() {
+    let mut seen = Seen::default();
+    for (i, spec) in SPECS.iter().enumerate() {
+        let d = dag(spec);
+        let mut s = State::new(&d);
+        let last = s.stages().len() as u32 - 1;
+        let n = s.stages()[last as usize].leaves.len() as u32;
+        // Split the innermost loop so that the vector loop has a tail to guard.
+        let _ = s.split(last, n - 1, &[8]);
+        let n = s.stages()[last as usize].leaves.len() as u32;
+        let _ = s.vectorize(last, n - 1);
+        if n > 2 {
+            let _ = s.unroll(last, n - 2);
+        }
+        let _ = s.parallel(last, 0);
+        if lower(&s).is_err() {
+            s = State::new(&d);
+        }
+        let f = check(spec, &d, &s, 100 + i as u64, 2);
+        census(&f.body, false, &mut seen);
+    }
+    // Odd extents split by 8 leave tails: the vector loops must have met guards.
+    assert!(
+        seen.guarded_vector > 0 && seen.vectorized > 0 && seen.parallel > 0,
+        "{seen:?}"
+    );
+}
+
+#[derive(Default, Debug)]
+struct Seen {
+    vectorized: usize,
+    parallel: usize,
+    unrolled: usize,
+    guarded_vector: usize,
+}
+
+fn census(s: &Stmt, in_vector: bool, seen: &mut Seen) {
+    match s {
+        Stmt::For { kind, body, .. } => {
+            match kind {
+                ForKind::Vectorized => seen.vectorized += 1,
+                ForKind::Parallel => seen.parallel += 1,
+                ForKind::Unrolled => seen.unrolled += 1,
+                _ => {}
+            }
+            census(body, in_vector || *kind == ForKind::Vectorized, seen);
+        }
+        Stmt::If {
+            then, otherwise, ..
+        } => {
+            seen.guarded_vector += in_vector as usize;
+            census(then, in_vector, seen);
+            if let Some(o) = otherwise {
+                census(o, in_vector, seen);
+            }
+        }
+        Stmt::Allocate { body, .. } => census(body, in_vector, seen),
+        Stmt::Seq(v) => v.iter().for_each(|x| census(x, in_vector, seen)),
+        Stmt::Store { .. } | Stmt::Sync => {}
+    }
+}
+
+#[test]
+fn random_traces_match_the_evaluator() {
+    let per_spec = 10;
+    let mut seen = Seen::default();
+    let mut checked = 0;
+    for (si, spec) in SPECS.iter().enumerate() {
+        let d = dag(spec);
+        for case in 0..per_spec {
+            let seed = (si * 1000 + case) as u64;
+            let state = random_state(&d, seed, 12, false);
+            let f = check(spec, &d, &state, seed, 1 + (case % 2));
+            census(&f.body, false, &mut seen);
+            checked += 1;
+        }
+    }
+    eprintln!("{checked} random traces; loops seen: {seen:?}");
+    assert!(checked >= 100);
+    assert!(
+        seen.vectorized > 0 && seen.parallel > 0 && seen.unrolled > 0,
+        "{seen:?}"
+    );
+}

@@ -1,0 +1,152 @@
+//! CpuMeasurer: good candidates get timings, bad ones get the right error kind, and a crash or
+//! a hang does not end the run. Timings are never asserted on, only their shape.
+
+use std::time::Duration;
+use tensortune::measure::{CpuMeasurer, Isolation, MeasureOptions};
+use tensortune::Kernel;
+use tensortune_schedules::ir::{BufKind, BufferDecl, ForKind, LoweredFunc, Scope, Stmt};
+use tensortune_schedules::ops::WorkloadSpec;
+use tensortune_schedules::random::random_state;
+use tensortune_schedules::schedule::State;
+use tensortune_schedules::{BufId, DType, Expr, Var};
+use tensortune_tuner::measure::{MeasureErrorKind, Measurer};
+
+fn quick(isolation: Isolation) -> MeasureOptions {
+    MeasureOptions {
+        repeat: 3,
+        min_repeat_ms: 1.0,
+        timeout: Duration::from_secs(2),
+        isolation,
+        flush_cache: true,
+        ..MeasureOptions::default()
+    }
+}
+
+#[test]
+fn measures_good_candidates() {
+    let dag = WorkloadSpec::parse("matmul:M=16,N=24,K=9")
+        .expect("spec")
+        .build()
+        .expect("dag");
+    let states = vec![
+        State::new(&dag),
+        random_state(&dag, 1, 10, false),
+        random_state(&dag, 2, 10, false),
+    ];
+    for iso in [Isolation::Fork, Isolation::InProcess] {
+        let mut m = CpuMeasurer::new(quick(iso));
+        let results = m.measure(&dag, &states);
+        assert_eq!(results.len(), states.len());
+        for r in results {
+            let t = r.expect("a valid schedule measures");
+            assert_eq!(t.repeats.len(), 3);
+            assert!(t.median_s > 0.0 && t.number >= 1);
+        }
+        assert!(m.target_key().starts_with("llvm -mcpu="));
+    }
+}
+
+/// A function with the matmul's parameters (A[4,4], B[4,4] -> C[4,4]) and a given body.
+fn with_body(body: impl FnOnce(BufId, BufId, BufId, &Var) -> Stmt) -> LoweredFunc {
+    let decl = |name: &str, kind| BufferDecl {
+        name: name.into(),
+        dtype: DType::F32,
+        shape: vec![4, 4],
+        scope: Scope::Global,
+        kind,
+    };
+    let (a, b, c) = (BufId(0), BufId(1), BufId(2));
+    let i = Var::new(0, "i");
+    LoweredFunc {
+        name: "bad".into(),
+        buffers: vec![
+            decl("A", BufKind::Input(0)),
+            decl("B", BufKind::Input(1)),
+            decl("C", BufKind::Output(0)),
+        ],
+        params: vec![a, b, c],
+        body: body(a, b, c, &i),
+        num_vars: 1,
+    }
+}
+
+fn store_loop(i: &Var, extent: i64, c: BufId, index: Expr, value: Expr) -> Stmt {
+    Stmt::For {
+        var: i.clone(),
+        extent,
+        kind: ForKind::Serial,
+        body: Box::new(Stmt::Store {
+            buf: c,
+            index,
+            value,
+        }),
+    }
+}
+
+#[test]
+fn crash_hang_and_wrong_result_are_errors() {
+    let dag = WorkloadSpec::parse("matmul:M=4,N=4,K=4")
+        .expect("spec")
+        .build()
+        .expect("dag");
+    // Writes zeros: wrong.
+    let wrong = with_body(|_, _, c, i| store_loop(i, 16, c, Expr::var(i), Expr::f32(0.0)));
+    // Writes far outside C: the IR promises in-bounds indices, so this faults.
+    let crash = with_body(|_, _, c, i| {
+        store_loop(
+            i,
+            16,
+            c,
+            Expr::bin(
+                tensortune_schedules::expr::BinOp::Mul,
+                Expr::var(i),
+                Expr::int(1 << 40),
+            ),
+            Expr::f32(1.0),
+        )
+    });
+    // A loop-carried float recurrence of 2^40 steps: runs for hours.
+    let hang = with_body(|a, _, c, i| {
+        let c0 = Expr::BufLoad {
+            buf: c,
+            dtype: DType::F32,
+            index: Box::new(Expr::int(0)),
+        };
+        let a0 = Expr::BufLoad {
+            buf: a,
+            dtype: DType::F32,
+            index: Box::new(Expr::int(0)),
+        };
+        let mul = tensortune_schedules::expr::BinOp::Mul;
+        let add = tensortune_schedules::expr::BinOp::Add;
+        store_loop(
+            i,
+            1 << 40,
+            c,
+            Expr::int(0),
+            Expr::bin(add, Expr::bin(mul, c0, Expr::f32(0.5)), a0),
+        )
+    });
+    let kernels: Vec<Kernel> = [wrong, crash, hang]
+        .iter()
+        .map(|f| Kernel::compile(f).expect("compiles"))
+        .collect();
+    let mut m = CpuMeasurer::new(MeasureOptions {
+        timeout: Duration::from_millis(1500),
+        ..quick(Isolation::Fork)
+    });
+    let r = m.measure_kernels(&dag, &kernels);
+    let kinds: Vec<_> = r.iter().map(|r| r.as_ref().err().map(|e| e.kind)).collect();
+    assert_eq!(
+        kinds,
+        vec![
+            Some(MeasureErrorKind::WrongResult),
+            Some(MeasureErrorKind::Runtime),
+            Some(MeasureErrorKind::Timeout)
+        ],
+        "{r:?}"
+    );
+    // The measurer still works after all that.
+    let ok = m.measure(&dag, &[State::new(&dag)]);
+    assert!(ok[0].is_ok(), "{ok:?}");
+}
