@@ -63,13 +63,25 @@ fn split_factor_zero_and_out_of_range_indices() {
     let (_, mut s) = matmul();
     let e = s.split(2, 0, &[0]).unwrap_err();
     assert!(matches!(e, E::BadSplit { .. }), "{e}");
-    assert!(e.to_string().contains("`C`") && e.to_string().contains("`i`"), "names stage and loop: {e}");
+    assert!(
+        e.to_string().contains("`C`") && e.to_string().contains("`i`"),
+        "names stage and loop: {e}"
+    );
     assert!(matches!(s.split(2, 0, &[-3]), Err(E::BadSplit { .. })));
     assert!(matches!(s.split(2, 0, &[]), Err(E::BadSplit { .. })));
-    assert!(matches!(s.split(2, 0, &[1 << 30, 1 << 30]), Err(E::BadSplit { .. })));
+    assert!(matches!(
+        s.split(2, 0, &[1 << 30, 1 << 30]),
+        Err(E::BadSplit { .. })
+    ));
     assert!(matches!(s.split_nparts(2, 0, 0), Err(E::BadSplit { .. })));
-    assert!(matches!(s.split(9, 0, &[2]), Err(E::NoSuchStage { index: 9, .. })));
-    assert!(matches!(s.split(2, 3, &[2]), Err(E::NoSuchLoop { index: 3, .. })));
+    assert!(matches!(
+        s.split(9, 0, &[2]),
+        Err(E::NoSuchStage { index: 9, .. })
+    ));
+    assert!(matches!(
+        s.split(2, 3, &[2]),
+        Err(E::NoSuchLoop { index: 3, .. })
+    ));
     assert!(matches!(s.split(0, 0, &[2]), Err(E::Placeholder { .. })));
     assert!(matches!(s.vectorize(2, 7), Err(E::NoSuchLoop { .. })));
 }
@@ -82,16 +94,25 @@ fn inline_of_a_reduction_or_output() {
     let mut s = State::new(&d);
     let e = s.compute_inline(1).unwrap_err();
     assert!(e.to_string().contains("reduction"), "{e}");
-    assert!(matches!(s.compute_inline(4), Err(E::BadInline { .. })), "output");
+    assert!(
+        matches!(s.compute_inline(4), Err(E::BadInline { .. })),
+        "output"
+    );
     s.compute_inline(2).unwrap();
 }
 
 #[test]
 fn reorder_with_a_duplicate_or_missing_loop() {
     let (_, mut s) = matmul();
-    assert!(matches!(s.reorder(2, &[0, 0, 1]), Err(E::BadReorder { .. })));
+    assert!(matches!(
+        s.reorder(2, &[0, 0, 1]),
+        Err(E::BadReorder { .. })
+    ));
     assert!(matches!(s.reorder(2, &[0, 1]), Err(E::BadReorder { .. })));
-    assert!(matches!(s.reorder(2, &[0, 1, 3]), Err(E::BadReorder { .. })));
+    assert!(matches!(
+        s.reorder(2, &[0, 1, 3]),
+        Err(E::BadReorder { .. })
+    ));
     s.reorder(2, &[2, 0, 1]).unwrap();
 }
 
@@ -101,13 +122,28 @@ fn other_misuse() {
     s.vectorize(2, 1).unwrap_err(); // j is not innermost (k is)
     s.reorder(2, &[0, 2, 1]).unwrap();
     s.vectorize(2, 2).unwrap();
-    assert!(matches!(s.vectorize(2, 2), Err(E::BadAnnotation { .. })), "twice");
-    assert!(matches!(s.split(2, 2, &[2]), Err(E::BadSplit { .. })), "annotated");
-    assert!(matches!(s.cache_write(2, tensortune_schedules::ir::Scope::Local), Err(E::BadCache { .. })));
+    assert!(
+        matches!(s.vectorize(2, 2), Err(E::BadAnnotation { .. })),
+        "twice"
+    );
+    assert!(
+        matches!(s.split(2, 2, &[2]), Err(E::BadSplit { .. })),
+        "annotated"
+    );
+    assert!(matches!(
+        s.cache_write(2, tensortune_schedules::ir::Scope::Local),
+        Err(E::BadCache { .. })
+    ));
     assert!(matches!(s.rfactor(2, 0), Err(E::BadRfactor { .. })));
     let (_, mut s) = matmul();
-    assert!(matches!(s.rfactor(2, 0), Err(E::BadRfactor { .. })), "spatial loop");
-    assert!(matches!(s.cache_read(0, tensortune_schedules::ir::Scope::Shared, &[1]), Err(E::Placeholder { .. }) | Err(E::BadCache { .. })));
+    assert!(
+        matches!(s.rfactor(2, 0), Err(E::BadRfactor { .. })),
+        "spatial loop"
+    );
+    assert!(matches!(
+        s.cache_read(0, tensortune_schedules::ir::Scope::Shared, &[1]),
+        Err(E::Placeholder { .. }) | Err(E::BadCache { .. })
+    ));
 }
 
 #[test]
@@ -117,24 +153,45 @@ fn dag_validation() {
     let k = g.reduce_axis(4, "k");
     // Rank mismatch.
     let bad = g.compute("bad", &[4], &["i"], |ax| a.at([ax[0].clone()]));
-    assert!(matches!(ComputeDag::new(&g, &[bad]), Err(DagError::RankMismatch { .. })));
+    assert!(matches!(
+        ComputeDag::new(&g, &[bad]),
+        Err(DagError::RankMismatch { .. })
+    ));
     // A reduce axis outside its reduction.
     let bad = g.compute("bad2", &[4], &["i"], |ax| a.at([ax[0].clone(), k.expr()]));
-    assert!(matches!(ComputeDag::new(&g, &[bad]), Err(DagError::UnboundVar { .. })));
+    assert!(matches!(
+        ComputeDag::new(&g, &[bad]),
+        Err(DagError::UnboundVar { .. })
+    ));
     // A reduction nested in a reduction, and one nested in arithmetic.
     let k2 = g.reduce_axis(4, "k2");
     let bad = g.compute("bad3", &[4], &["i"], |ax| {
-        sum(sum(a.at([ax[0].clone(), k.expr()]), &[k.clone()]), &[k2.clone()])
+        sum(
+            sum(a.at([ax[0].clone(), k.expr()]), &[k.clone()]),
+            &[k2.clone()],
+        )
     });
-    assert!(matches!(ComputeDag::new(&g, &[bad]), Err(DagError::BadReduction { .. })));
-    let bad = g.compute("bad4", &[4], &["i"], |ax| sum(a.at([ax[0].clone(), k.expr()]), &[k.clone()]) * 2.0f32);
-    assert!(matches!(ComputeDag::new(&g, &[bad]), Err(DagError::BadReduction { .. })));
+    assert!(matches!(
+        ComputeDag::new(&g, &[bad]),
+        Err(DagError::BadReduction { .. })
+    ));
+    let bad = g.compute("bad4", &[4], &["i"], |ax| {
+        sum(a.at([ax[0].clone(), k.expr()]), &[k.clone()]) * 2.0f32
+    });
+    assert!(matches!(
+        ComputeDag::new(&g, &[bad]),
+        Err(DagError::BadReduction { .. })
+    ));
     // Mixing dtypes without a cast.
     let b = g.placeholder("B", &[4, 4], DType::F64);
-    let bad = g.compute("bad5", &[4, 4], &["i", "j"], |ax| a.at(ax.to_vec()) + b.at(ax.to_vec()));
+    let bad = g.compute("bad5", &[4, 4], &["i", "j"], |ax| {
+        a.at(ax.to_vec()) + b.at(ax.to_vec())
+    });
     let e = ComputeDag::new(&g, &[bad]).unwrap_err();
     assert!(matches!(e, DagError::Type { .. }), "{e}");
-    let ok = g.compute("ok", &[4, 4], &["i", "j"], |ax| a.at(ax.to_vec()).cast(DType::F64) + b.at(ax.to_vec()));
+    let ok = g.compute("ok", &[4, 4], &["i", "j"], |ax| {
+        a.at(ax.to_vec()).cast(DType::F64) + b.at(ax.to_vec())
+    });
     ComputeDag::new(&g, &[ok]).unwrap();
     // A tensor of another graph (or a later one): the cycle check.
     let mut other = Graph::new();
@@ -142,13 +199,21 @@ fn dag_validation() {
     let y = other.placeholder("Y", &[2], DType::F32);
     let z = other.compute("Z", &[2], &["i"], |ax| y.at([ax[0].clone()]));
     let mut g2 = Graph::new();
-    let c = g2.compute("C", &[2], &["i"], |ax| z.at([ax[0].clone()]) + x.at([ax[0].clone()]));
-    assert!(matches!(ComputeDag::new(&g2, &[c]), Err(DagError::UnknownTensor { .. }) | Err(DagError::Cycle { .. })));
+    let c = g2.compute("C", &[2], &["i"], |ax| {
+        z.at([ax[0].clone()]) + x.at([ax[0].clone()])
+    });
+    assert!(matches!(
+        ComputeDag::new(&g2, &[c]),
+        Err(DagError::UnknownTensor { .. }) | Err(DagError::Cycle { .. })
+    ));
     // Bad extents.
     let mut g3 = Graph::new();
     let p = g3.placeholder("P", &[0, 3], DType::F32);
     let q = g3.compute("Q", &[0, 3], &[], |ax| p.at(ax.to_vec()));
-    assert!(matches!(ComputeDag::new(&g3, &[q]), Err(DagError::BadExtent { .. })));
+    assert!(matches!(
+        ComputeDag::new(&g3, &[q]),
+        Err(DagError::BadExtent { .. })
+    ));
     // Softmax is four computed stages.
     let d = dag("softmax:M=2,N=3");
     assert_eq!(d.num_ops(), 5);
@@ -160,28 +225,68 @@ fn dag_validation() {
 #[test]
 fn workload_specs() {
     let w = WorkloadSpec::parse(" conv2d:N=1,C=64,H=56,W=56,K=64,R=3,S=3,pad=1 ").unwrap();
-    assert_eq!(w.canonical(), "conv2d:C=64,H=56,K=64,N=1,R=3,S=3,W=56,dtype=f32,pad=1,stride=1");
-    assert_eq!(w.key(), WorkloadSpec::parse(&w.canonical()).unwrap().key(), "canonical is a fixed point");
+    assert_eq!(
+        w.canonical(),
+        "conv2d:C=64,H=56,K=64,N=1,R=3,S=3,W=56,dtype=f32,pad=1,stride=1"
+    );
+    assert_eq!(
+        w.key(),
+        WorkloadSpec::parse(&w.canonical()).unwrap().key(),
+        "canonical is a fixed point"
+    );
     assert_eq!(w.flops(), 2.0 * 64.0 * 56.0 * 56.0 * 64.0 * 9.0);
     let e = |s: &str| WorkloadSpec::parse(s).unwrap_err();
     assert!(matches!(e("nosuchop:M=1"), SpecError::UnknownOp { .. }));
     assert!(matches!(e("matmul"), SpecError::Malformed { .. }));
     assert!(matches!(e(":M=1"), SpecError::Malformed { .. }));
     assert!(matches!(e("matmul:M=1,N=2"), SpecError::MissingKey { .. }));
-    assert!(matches!(e("matmul:M=1,N=2,K=3,Q=4"), SpecError::UnknownKey { .. }));
-    assert!(matches!(e("matmul:M=1,N=2,K=3,M=4"), SpecError::DuplicateKey { .. }));
-    assert!(matches!(e("matmul:M=0,N=2,K=3"), SpecError::BadValue { .. }));
-    assert!(matches!(e("matmul:M=-4,N=2,K=3"), SpecError::BadValue { .. }));
-    assert!(matches!(e("matmul:M=99999999999999999999999,N=2,K=3"), SpecError::BadValue { .. }));
-    assert!(matches!(e("matmul:M=x,N=2,K=3"), SpecError::BadValue { .. }));
+    assert!(matches!(
+        e("matmul:M=1,N=2,K=3,Q=4"),
+        SpecError::UnknownKey { .. }
+    ));
+    assert!(matches!(
+        e("matmul:M=1,N=2,K=3,M=4"),
+        SpecError::DuplicateKey { .. }
+    ));
+    assert!(matches!(
+        e("matmul:M=0,N=2,K=3"),
+        SpecError::BadValue { .. }
+    ));
+    assert!(matches!(
+        e("matmul:M=-4,N=2,K=3"),
+        SpecError::BadValue { .. }
+    ));
+    assert!(matches!(
+        e("matmul:M=99999999999999999999999,N=2,K=3"),
+        SpecError::BadValue { .. }
+    ));
+    assert!(matches!(
+        e("matmul:M=x,N=2,K=3"),
+        SpecError::BadValue { .. }
+    ));
     assert!(matches!(e("matmul:M=1,N=2,K"), SpecError::BadItem { .. }));
-    assert!(matches!(e("matmul:M=1,N=2,K=3,dtype=f16"), SpecError::BadValue { .. }));
-    assert!(matches!(e("matmul:M=16777216,N=16777216,K=3"), SpecError::BadShape { .. }));
-    assert!(matches!(e("conv2d:N=1,C=1,H=3,W=3,K=1,R=5,S=5"), SpecError::BadShape { .. }));
+    assert!(matches!(
+        e("matmul:M=1,N=2,K=3,dtype=f16"),
+        SpecError::BadValue { .. }
+    ));
+    assert!(matches!(
+        e("matmul:M=16777216,N=16777216,K=3"),
+        SpecError::BadShape { .. }
+    ));
+    assert!(matches!(
+        e("conv2d:N=1,C=1,H=3,W=3,K=1,R=5,S=5"),
+        SpecError::BadShape { .. }
+    ));
     WorkloadSpec::parse("conv2d:N=1,C=1,H=3,W=3,K=1,R=5,S=5,pad=1").unwrap();
-    assert!(matches!(e("softmax:M=2,N=2,dtype=i32"), SpecError::BadValue { .. }));
+    assert!(matches!(
+        e("softmax:M=2,N=2,dtype=i32"),
+        SpecError::BadValue { .. }
+    ));
     let i = WorkloadSpec::parse("matmul:M=4,N=4,K=4,dtype=i32").unwrap();
-    assert_eq!(i.build().unwrap().op(i.build().unwrap().outputs()[0]).dtype, DType::I32);
+    assert_eq!(
+        i.build().unwrap().op(i.build().unwrap().outputs()[0]).dtype,
+        DType::I32
+    );
     for op in tensortune_schedules::ops::OPS {
         assert!(!op.signature.is_empty());
     }
@@ -248,5 +353,8 @@ fn malformed_traces_never_panic() {
             Err(e) => panic!("unexpected error kind {e}"),
         }
     }
-    assert!(replayed > 10 && failed_with_error > 100, "{replayed} {failed_with_error}");
+    assert!(
+        replayed > 10 && failed_with_error > 100,
+        "{replayed} {failed_with_error}"
+    );
 }
