@@ -30,6 +30,10 @@ enum Command {
     Import(cli::records::ImportArgs),
     /// Merge databases into one, without duplicates.
     Merge(cli::records::MergeArgs),
+    /// Compile a workload's default schedule, run it, and print latency and GFLOP/s.
+    Run(cli::run::RunArgs),
+    /// Print the loop IR, LLVM IR or assembly of a workload's default schedule.
+    Codegen(cli::codegen::CodegenArgs),
 }
 
 fn run(command: Command) -> Result<(), CliError> {
@@ -41,6 +45,8 @@ fn run(command: Command) -> Result<(), CliError> {
         Command::Export(args) => cli::records::export(&args, &mut out),
         Command::Import(args) => cli::records::import(&args, &mut out, &mut io::stderr()),
         Command::Merge(args) => cli::records::merge(&args, &mut out),
+        Command::Run(args) => cli::run::run(&args, &mut out),
+        Command::Codegen(args) => cli::codegen::codegen(&args, &mut out),
     }
 }
 

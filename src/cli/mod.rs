@@ -9,7 +9,9 @@
 //! file, a bad flag), 1 for internal failures. Errors print as one line (plus one line per
 //! rejected input line where there are several) on stderr, never as a backtrace.
 
+pub mod codegen;
 pub mod records;
+pub mod run;
 
 use std::fmt;
 

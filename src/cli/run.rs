@@ -1,0 +1,206 @@
+//! `tensortune run`: compile a workload's default schedule, run it, report latency.
+//!
+//! With `--inputs a.npy,b.npy` the inputs are read from `.npy` files in the op's input order
+//! (their dtype and shape must match the op's); otherwise they are random from a fixed seed.
+//! With `--output out.npy` the (first) output is written as `.npy`.
+
+use super::CliError;
+use crate::codegen::HostTarget;
+use crate::measure::{random_inputs, time_kernel, MeasureOptions};
+use crate::runtime::{AlignedBuffer, Runtime};
+use crate::Kernel;
+use ndarray::{ArrayD, IxDyn};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use tensortune_schedules::data::{Data, NdData};
+use tensortune_schedules::ops::WorkloadSpec;
+use tensortune_schedules::schedule::State;
+use tensortune_schedules::{ComputeDag, DType};
+
+/// Arguments of `tensortune run`.
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// The workload, e.g. `matmul:M=512,N=512,K=512`.
+    #[arg(long, value_name = "SPEC")]
+    pub workload: String,
+    /// Input `.npy` files, comma-separated, in the op's input order.
+    #[arg(long, value_name = "A.npy,B.npy", value_delimiter = ',')]
+    pub inputs: Vec<PathBuf>,
+    /// Write the output to this `.npy` file.
+    #[arg(long, value_name = "OUT.npy")]
+    pub output: Option<PathBuf>,
+    /// Threads for parallel loops.
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    /// Timings to take the median of.
+    #[arg(long, default_value_t = 5)]
+    pub repeat: usize,
+    /// Minimum length of one timing, in milliseconds.
+    #[arg(long, default_value_t = 100.0)]
+    pub min_repeat_ms: f64,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub(crate) fn parse_workload(spec: &str) -> Result<(WorkloadSpec, ComputeDag), CliError> {
+    let w = WorkloadSpec::parse(spec).map_err(|e| CliError::Usage(e.to_string()))?;
+    let dag = w.build().map_err(|e| CliError::Usage(e.to_string()))?;
+    Ok((w, dag))
+}
+
+/// Runs `tensortune run`.
+pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<(), CliError> {
+    let (spec, dag) = parse_workload(&args.workload)?;
+    let kernel = Kernel::from_state(&State::new(&dag), &Default::default())
+        .map_err(|e| CliError::Internal(e.to_string()))?;
+    let inputs = if args.inputs.is_empty() {
+        random_inputs(&dag, 0).map_err(|e| CliError::Internal(e.to_string()))?
+    } else {
+        read_inputs(&kernel, &args.inputs)?
+    };
+    let ins = inputs
+        .iter()
+        .map(AlignedBuffer::from_nd)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| CliError::Internal(e.to_string()))?;
+    let mut outs = kernel
+        .outputs()
+        .map(|p| AlignedBuffer::zeros(&p.shape, p.dtype))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| CliError::Internal(e.to_string()))?;
+    let rt = Runtime::new(args.threads).map_err(|e| CliError::Internal(e.to_string()))?;
+    let opts = MeasureOptions {
+        repeat: args.repeat.max(1),
+        min_repeat_ms: args.min_repeat_ms.max(0.0),
+        threads: args.threads,
+        ..MeasureOptions::default()
+    };
+    let in_refs: Vec<&AlignedBuffer> = ins.iter().collect();
+    let timing = {
+        let mut out_refs: Vec<&mut AlignedBuffer> = outs.iter_mut().collect();
+        time_kernel(&kernel, &rt, &in_refs, &mut out_refs, &opts)
+            .map_err(|e| CliError::Internal(e.to_string()))?
+    };
+    if let Some(path) = &args.output {
+        let first = outs
+            .first()
+            .ok_or_else(|| CliError::Internal("the workload has no output".into()))?;
+        write_output(first, path)?;
+    }
+    let gflops = spec.flops() / timing.median_s / 1e9;
+    let target = HostTarget::host().key(args.threads);
+    let io = |e: std::io::Error| CliError::Internal(e.to_string());
+    if args.json {
+        let v = serde_json::json!({
+            "workload": spec.canonical(),
+            "target": target,
+            "threads": args.threads,
+            "median_s": timing.median_s,
+            "spread_s": timing.spread_s,
+            "repeats": timing.repeats,
+            "number": timing.number,
+            "gflops": gflops,
+        });
+        writeln!(out, "{v}").map_err(io)?;
+    } else {
+        writeln!(out, "workload  {}", spec.canonical()).map_err(io)?;
+        writeln!(out, "target    {target}").map_err(io)?;
+        writeln!(
+            out,
+            "latency   {:.4} ms (median of {} timings of {} runs, spread {:.4} ms)",
+            timing.median_s * 1e3,
+            timing.repeats.len(),
+            timing.number,
+            timing.spread_s * 1e3
+        )
+        .map_err(io)?;
+        writeln!(out, "GFLOP/s   {gflops:.2}").map_err(io)?;
+    }
+    Ok(())
+}
+
+fn read_inputs(kernel: &Kernel, paths: &[PathBuf]) -> Result<Vec<NdData>, CliError> {
+    let params: Vec<_> = kernel.inputs().collect();
+    if params.len() != paths.len() {
+        return Err(CliError::Usage(format!(
+            "the workload takes {} inputs ({}), got {} files",
+            params.len(),
+            params
+                .iter()
+                .map(|p| p.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+            paths.len()
+        )));
+    }
+    let mut out = Vec::with_capacity(paths.len());
+    for (p, path) in params.iter().zip(paths) {
+        let bad = |e: String| CliError::Usage(format!("{}: {e}", path.display()));
+        let (shape, data) = match p.dtype {
+            DType::F32 => {
+                let a: ArrayD<f32> = ndarray_npy::read_npy(path).map_err(|e| bad(e.to_string()))?;
+                (a.shape().to_vec(), Data::F32(a.iter().copied().collect()))
+            }
+            DType::F64 => {
+                let a: ArrayD<f64> = ndarray_npy::read_npy(path).map_err(|e| bad(e.to_string()))?;
+                (a.shape().to_vec(), Data::F64(a.iter().copied().collect()))
+            }
+            DType::I32 => {
+                let a: ArrayD<i32> = ndarray_npy::read_npy(path).map_err(|e| bad(e.to_string()))?;
+                (a.shape().to_vec(), Data::I32(a.iter().copied().collect()))
+            }
+            d => {
+                return Err(CliError::Internal(format!(
+                    "input `{}` of dtype {d}",
+                    p.name
+                )))
+            }
+        };
+        let shape: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
+        if shape != p.shape {
+            return Err(bad(format!(
+                "input `{}` must have shape {:?}, the file has {:?}",
+                p.name, p.shape, shape
+            )));
+        }
+        out.push(NdData::new(shape, data).ok_or_else(|| bad("element count".into()))?);
+    }
+    Ok(out)
+}
+
+fn write_output(b: &AlignedBuffer, path: &Path) -> Result<(), CliError> {
+    let shape: Vec<usize> = b.shape().iter().map(|&d| d as usize).collect();
+    let err = |e: String| CliError::Usage(format!("{}: {e}", path.display()));
+    let internal = |e: String| CliError::Internal(e);
+    match b.dtype() {
+        DType::F32 => {
+            let v = b
+                .as_slice::<f32>()
+                .map_err(|e| internal(e.to_string()))?
+                .to_vec();
+            let a =
+                ArrayD::from_shape_vec(IxDyn(&shape), v).map_err(|e| internal(e.to_string()))?;
+            ndarray_npy::write_npy(path, &a).map_err(|e| err(e.to_string()))
+        }
+        DType::F64 => {
+            let v = b
+                .as_slice::<f64>()
+                .map_err(|e| internal(e.to_string()))?
+                .to_vec();
+            let a =
+                ArrayD::from_shape_vec(IxDyn(&shape), v).map_err(|e| internal(e.to_string()))?;
+            ndarray_npy::write_npy(path, &a).map_err(|e| err(e.to_string()))
+        }
+        DType::I32 => {
+            let v = b
+                .as_slice::<i32>()
+                .map_err(|e| internal(e.to_string()))?
+                .to_vec();
+            let a =
+                ArrayD::from_shape_vec(IxDyn(&shape), v).map_err(|e| internal(e.to_string()))?;
+            ndarray_npy::write_npy(path, &a).map_err(|e| err(e.to_string()))
+        }
+        d => Err(internal(format!("output of dtype {d}"))),
+    }
+}

@@ -1,0 +1,90 @@
+//! `tensortune run` and `tensortune codegen` end to end: `.npy` in and out, errors as exit
+//! status 2 with one line.
+
+use ndarray::{Array2, ArrayD};
+use std::process::Command;
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_tensortune"))
+}
+
+#[test]
+fn run_reads_and_writes_npy() {
+    let dir = std::env::temp_dir().join(format!("tt-cli-run-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let a = Array2::from_shape_fn((5, 3), |(i, j)| (i * 3 + j) as f32 * 0.25 - 1.0);
+    let b = Array2::from_shape_fn((3, 7), |(i, j)| (i as f32 - j as f32) * 0.5);
+    let (pa, pb, pc) = (dir.join("a.npy"), dir.join("b.npy"), dir.join("c.npy"));
+    ndarray_npy::write_npy(&pa, &a).expect("write a");
+    ndarray_npy::write_npy(&pb, &b).expect("write b");
+    let inputs = format!("{},{}", pa.display(), pb.display());
+    let out = bin()
+        .args([
+            "run",
+            "--workload",
+            "matmul:M=5,N=7,K=3",
+            "--min-repeat-ms",
+            "1",
+            "--repeat",
+            "2",
+            "--json",
+        ])
+        .args(["--inputs", &inputs, "--output"])
+        .arg(&pc)
+        .output()
+        .expect("runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert!(v["median_s"].as_f64().expect("median") > 0.0);
+    let c: ArrayD<f32> = ndarray_npy::read_npy(&pc).expect("read c");
+    let want = a.dot(&b).into_dyn();
+    assert_eq!(c.shape(), want.shape());
+    for (x, y) in c.iter().zip(want.iter()) {
+        assert!((x - y).abs() < 1e-5, "{x} vs {y}");
+    }
+
+    // Wrong shape: a usage error, one line, exit status 2.
+    let out = bin()
+        .args([
+            "run",
+            "--workload",
+            "matmul:M=5,N=7,K=4",
+            "--inputs",
+            &inputs,
+        ])
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("shape") && err.lines().count() == 1, "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn codegen_prints_ir_and_asm() {
+    for (emit, needle) in [("llvm", "define"), ("asm", "ret"), ("loop", "for ")] {
+        let out = bin()
+            .args([
+                "codegen",
+                "--workload",
+                "reduce_sum:M=4,N=33",
+                "--emit",
+                emit,
+            ])
+            .output()
+            .expect("runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains(needle),
+            "{emit}"
+        );
+    }
+}
