@@ -170,3 +170,141 @@ fn max_var_id(dag: &ComputeDag) -> usize {
 pub fn tensor(all: &[Option<NdData>], id: TensorId) -> Option<&NdData> {
     all.get(id.0 as usize).and_then(|t| t.as_ref())
 }
+
+/// Evaluates single output elements on demand: each element needed (of the output, and
+/// transitively of intermediates) is computed once, memoized, from the tensor expressions.
+/// For checking large kernels at sampled points when evaluating every element is too slow.
+/// `points` are flat row-major indices into output `output`; returns their values as f64.
+pub fn evaluate_points(
+    dag: &ComputeDag,
+    inputs: &[NdData],
+    output: usize,
+    points: &[i64],
+) -> Result<Vec<f64>, EvalError> {
+    check_inputs(dag, inputs)?;
+    let out = *dag
+        .outputs()
+        .get(output)
+        .ok_or_else(|| EvalError::BadInput(format!("no output {output}")))?;
+    let mut tensors: Vec<Option<NdData>> = vec![None; dag.num_ops()];
+    for (id, x) in dag.inputs().iter().zip(inputs) {
+        tensors[id.0 as usize] = Some(x.clone());
+    }
+    let mut ev = PointEval {
+        dag,
+        inputs: tensors,
+        memo: vec![std::collections::HashMap::new(); dag.num_ops()],
+        depth: 0,
+    };
+    let shape = &dag.op(out).shape;
+    let n: i64 = shape.iter().product();
+    points
+        .iter()
+        .map(|&p| {
+            if p < 0 || p >= n {
+                return Err(EvalError::OutOfBounds {
+                    name: dag.op(out).name.clone(),
+                    index: p,
+                    size: n,
+                });
+            }
+            let mut idx = vec![0i64; shape.len()];
+            let mut rem = p;
+            for d in (0..shape.len()).rev() {
+                idx[d] = rem % shape[d];
+                rem /= shape[d];
+            }
+            let v = ev.element(out, &idx)?;
+            Ok(Value::cast(v, crate::DType::F64).as_f64())
+        })
+        .collect()
+}
+
+struct PointEval<'a> {
+    dag: &'a ComputeDag,
+    inputs: Vec<Option<NdData>>,
+    memo: Vec<std::collections::HashMap<Vec<i64>, Value>>,
+    depth: usize,
+}
+
+struct PointEnv<'e, 'a> {
+    vars: std::collections::HashMap<u32, i64>,
+    ev: &'e mut PointEval<'a>,
+}
+
+impl Env for PointEnv<'_, '_> {
+    fn var(&self, id: u32) -> Result<i64, EvalError> {
+        self.vars
+            .get(&id)
+            .copied()
+            .ok_or_else(|| EvalError::Unsupported(format!("unbound variable #{id}")))
+    }
+    fn load(&mut self, e: &Expr, indices: &[i64]) -> Result<Value, EvalError> {
+        let Expr::Load { tensor, .. } = e else {
+            return Err(EvalError::Unsupported(
+                "flat load in a tensor expression".into(),
+            ));
+        };
+        self.ev.element(*tensor, indices)
+    }
+}
+
+impl PointEval<'_> {
+    fn element(&mut self, t: TensorId, idx: &[i64]) -> Result<Value, EvalError> {
+        let op = self.dag.op(t);
+        for (d, (&i, &n)) in idx.iter().zip(&op.shape).enumerate() {
+            if i < 0 || i >= n {
+                return Err(EvalError::OutOfBounds {
+                    name: format!("{} (dim {d})", op.name),
+                    index: i,
+                    size: n,
+                });
+            }
+        }
+        if let Some(x) = &self.inputs[t.0 as usize] {
+            let flat = idx.iter().zip(&x.shape).fold(0i64, |f, (&i, &n)| f * n + i);
+            return Ok(Value::read(&x.data, flat as usize));
+        }
+        if let Some(v) = self.memo[t.0 as usize].get(idx) {
+            return Ok(*v);
+        }
+        let OpKind::Compute { axes, body } = &op.kind else {
+            return Err(EvalError::BadInput(format!("no data for `{}`", op.name)));
+        };
+        self.depth += 1;
+        if self.depth > 64 {
+            return Err(EvalError::Unsupported(
+                "DAG too deep for point evaluation".into(),
+            ));
+        }
+        let vars = axes.iter().zip(idx).map(|(a, &i)| (a.var.id, i)).collect();
+        let dtype = op.dtype;
+        let mut env = PointEnv { vars, ev: self };
+        let v = match body {
+            Expr::Reduce {
+                combiner,
+                source,
+                axes: raxes,
+            } => {
+                let mut acc = Value::from_const(combiner.identity(dtype));
+                let total: i64 = raxes.iter().map(|a| a.extent).product();
+                for r in 0..total {
+                    let mut rem = r;
+                    for a in raxes.iter().rev() {
+                        env.vars.insert(a.var.id, rem % a.extent);
+                        rem /= a.extent;
+                    }
+                    let x = scalar::eval(source, &mut env)?;
+                    acc = scalar::binary(combiner.bin_op(), acc, x, body)?;
+                }
+                acc
+            }
+            b => scalar::eval(b, &mut env)?,
+        };
+        // Stored values are rounded to the tensor's dtype, as a buffer would hold them.
+        let v = v.cast(dtype);
+        self.depth -= 1;
+        self.memo[t.0 as usize].insert(idx.to_vec(), v);
+        Ok(v)
+    }
+}

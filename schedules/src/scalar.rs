@@ -96,6 +96,10 @@ impl Value {
             Data::I32(v) => v[i] = self.as_i64().unwrap_or(0) as i32,
         }
     }
+    /// The value as f64.
+    pub fn as_f64(self) -> f64 {
+        self.to_f64()
+    }
     fn to_f64(self) -> f64 {
         match self {
             Value::B(b) => b as i64 as f64,

@@ -136,11 +136,24 @@ pub enum Step {
     },
 }
 
-/// A sequence of steps.
+/// A sequence of steps, and where a search produced it, the sketch and decisions behind it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Trace {
     /// Steps in the order applied.
     pub steps: Vec<Step>,
+    /// The search's sketch and its decisions, so the search can mutate a stored record.
+    /// Replay ignores it: the steps alone define the schedule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sketch: Option<SketchRef>,
+}
+
+/// A sketch (a trace with holes) by name, and the values that filled its holes.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct SketchRef {
+    /// The sketch's name, unique among the sketches of one workload.
+    pub name: String,
+    /// One entry per hole: tile factors, or a single value for a choice.
+    pub decisions: Vec<Vec<i64>>,
 }
 
 /// A trace that cannot be read or does not fit its DAG.
@@ -170,6 +183,10 @@ impl Trace {
     /// Parses JSON text.
     pub fn from_json(s: &str) -> Result<Trace, TraceError> {
         serde_json::from_str(s).map_err(|e| TraceError::Json(e.to_string()))
+    }
+    /// JSON of the steps alone: equal for equal programs, whatever produced them.
+    pub fn steps_json(&self) -> String {
+        serde_json::to_string(&self.steps).unwrap_or_default()
     }
     /// Applies the steps to a fresh state of `dag`.
     pub fn replay(&self, dag: &ComputeDag) -> Result<State, TraceError> {

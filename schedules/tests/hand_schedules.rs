@@ -223,3 +223,23 @@ fn reduction_family() {
     ];
     run_all("reduce_sum:M=3,N=17", rs);
 }
+
+#[test]
+fn point_evaluation_matches_full_evaluation() {
+    use tensortune_schedules::eval;
+    for spec in [
+        "softmax:M=3,N=7",
+        "conv2d:N=1,C=2,H=5,W=5,K=3,R=3,S=3,pad=1,stride=2",
+        "dense_bias_relu:M=4,N=5,K=3",
+    ] {
+        let d = dag(spec);
+        let ins = common::inputs(&d, 4);
+        let full = eval::evaluate(&d, &ins).unwrap();
+        let n = full[0].data.len() as i64;
+        let points: Vec<i64> = (0..n).step_by(3).collect();
+        let got = eval::evaluate_points(&d, &ins, 0, &points).unwrap();
+        for (p, g) in points.iter().zip(got) {
+            assert_eq!(g, full[0].data.get_f64(*p as usize), "{spec} at {p}");
+        }
+    }
+}

@@ -390,6 +390,10 @@ impl State {
     pub fn trace(&self) -> &Trace {
         &self.trace
     }
+    /// Records which sketch and decisions produced this state (kept in its trace).
+    pub fn set_sketch(&mut self, sketch: Option<crate::trace::SketchRef>) {
+        self.trace.sketch = sketch;
+    }
     /// Input tensors in the op's order.
     pub fn inputs(&self) -> &[TensorId] {
         &self.inputs
