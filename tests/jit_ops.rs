@@ -150,3 +150,22 @@ fn random_traces_match_the_evaluator() {
         "{seen:?}"
     );
 }
+
+#[path = "../benches/hand/mod.rs"]
+mod hand;
+
+/// The benchmark's hand-written matmul schedule, at shapes that divide its tile and not.
+#[test]
+fn hand_matmul_schedule_is_correct() {
+    for spec in ["matmul:M=16,N=64,K=19", "matmul:M=21,N=45,K=8"] {
+        let d = dag(spec);
+        let s = hand::matmul_register_tiled(&d, 8, 32).unwrap_or_else(|e| panic!("{spec}: {e}"));
+        let f = check(spec, &d, &s, 7, 1);
+        let mut seen = Seen::default();
+        census(&f.body, false, &mut seen);
+        assert!(
+            seen.vectorized >= 2 && seen.unrolled >= 1,
+            "{spec}: {seen:?}\n{f}"
+        );
+    }
+}

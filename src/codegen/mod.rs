@@ -54,6 +54,10 @@ pub struct CodegenOptions {
     /// Total stack temporaries per generated function; past it temporaries go to the heap.
     /// Kept well under the 2 MiB stack of a default Rust thread.
     pub max_stack_bytes: u64,
+    /// Vector width in bits LLVM may use (`prefer-vector-width`/`min-legal-vector-width`);
+    /// `None` takes the host's widest ([`HostTarget::vector_bits`]). For experiments: on an
+    /// AVX-512 host, 256 makes LLVM split every 512-bit vector in two.
+    pub vector_bits: Option<u32>,
 }
 
 impl Default for CodegenOptions {
@@ -64,6 +68,7 @@ impl Default for CodegenOptions {
             max_vector_lanes: 64,
             max_stack_alloc_bytes: 128 << 10,
             max_stack_bytes: 512 << 10,
+            vector_bits: None,
         }
     }
 }

@@ -182,7 +182,11 @@ impl<'ctx> Gen<'ctx, '_> {
             AttributeLoc::Function,
             s("target-features", &self.host.features),
         );
-        let width = self.host.vector_bits.to_string();
+        let width = self
+            .opts
+            .vector_bits
+            .unwrap_or(self.host.vector_bits)
+            .to_string();
         f.add_attribute(AttributeLoc::Function, s("prefer-vector-width", &width));
         f.add_attribute(AttributeLoc::Function, s("min-legal-vector-width", &width));
         f.add_attribute(AttributeLoc::Function, self.enum_attr("nounwind", 0));
