@@ -123,11 +123,11 @@ impl<'ctx> Gen<'ctx, '_> {
             i.set_alignment(self.mem_bytes(dtype) as u32)
                 .map_err(|e| CodegenError::Llvm(e.to_string()))?;
         }
-        self.from_mem(v, dtype)
+        self.loaded_value(v, dtype)
     }
 
     /// A loaded value of `d` as a register value (bytes narrow to bools).
-    pub(super) fn from_mem(&mut self, v: V<'ctx>, d: DType) -> Res<V<'ctx>> {
+    pub(super) fn loaded_value(&mut self, v: V<'ctx>, d: DType) -> Res<V<'ctx>> {
         if d != DType::Bool {
             return Ok(v);
         }

@@ -310,7 +310,7 @@ impl<'ctx> Gen<'ctx, '_> {
                 value.dtype()
             )));
         }
-        let v = self.to_mem(v, dtype)?;
+        let v = self.storable_value(v, dtype)?;
         let ptr = self.elem_ptr(buf, index)?;
         let st = self.b.build_store(ptr, v)?;
         st.set_alignment(self.mem_bytes(dtype) as u32)
@@ -773,7 +773,7 @@ impl<'ctx> Gen<'ctx, '_> {
     }
 
     /// A value of `d` as stored in memory (bools widen to a byte).
-    pub(super) fn to_mem(
+    pub(super) fn storable_value(
         &mut self,
         v: BasicValueEnum<'ctx>,
         d: DType,

@@ -232,7 +232,7 @@ impl<'ctx> Gen<'ctx, '_> {
                 )?
             }
         };
-        self.from_mem(v, dtype)
+        self.loaded_value(v, dtype)
     }
 
     fn gep(
@@ -263,7 +263,7 @@ impl<'ctx> Gen<'ctx, '_> {
                 i.set_alignment(g.mem_bytes(dtype) as u32)
                     .map_err(|e| CodegenError::Llvm(e.to_string()))?;
             }
-            g.from_mem(v, dtype)
+            g.loaded_value(v, dtype)
         };
         let Some(m) = mask else {
             return load(self);
@@ -294,7 +294,7 @@ impl<'ctx> Gen<'ctx, '_> {
         }
         let v = self.expr(value)?;
         let v = self.broadcast(v, ctx.lanes)?;
-        let v = self.to_mem(v.into(), dtype)?.into_vector_value();
+        let v = self.storable_value(v.into(), dtype)?.into_vector_value();
         let elem = self.mem_ty(dtype);
         let align = self.cx.i32_type().const_int(self.mem_bytes(dtype), false);
         match stride_of(index, ctx.var) {
