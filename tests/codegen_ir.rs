@@ -447,3 +447,21 @@ fn invalid_ir_is_an_error() {
     g.name = "not a name".into();
     assert!(Kernel::compile(&g).is_err());
 }
+
+#[test]
+fn runs_on_ndarray_views_of_any_layout() {
+    let k = Kernel::compile(&axpy(12, ForKind::Vectorized)).expect("compile");
+    let a = ndarray::Array1::from_iter((0..24).map(|x| x as f32));
+    let strided = a.slice(ndarray::s![..;2]).into_dyn();
+    let ones = ndarray::Array1::<f32>::ones(12).into_dyn();
+    let out = k
+        .run_arrays(&Runtime::serial(), &[strided.view(), ones.view()])
+        .expect("run");
+    let want: Vec<f32> = (0..12).map(|i| 2.0 * (2 * i) as f32 + 1.0).collect();
+    assert_eq!(out[0].iter().copied().collect::<Vec<_>>(), want);
+    let short = ndarray::Array1::<f32>::ones(11).into_dyn();
+    assert!(matches!(
+        k.run_arrays(&Runtime::serial(), &[short.view(), ones.view()]),
+        Err(RunError::Shape { .. })
+    ));
+}
