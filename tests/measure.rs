@@ -150,3 +150,27 @@ fn crash_hang_and_wrong_result_are_errors() {
     let ok = m.measure(&dag, &[State::new(&dag)]);
     assert!(ok[0].is_ok(), "{ok:?}");
 }
+
+#[test]
+fn sampled_check_for_large_workloads() {
+    let dag = WorkloadSpec::parse("matmul:M=4,N=4,K=4")
+        .expect("spec")
+        .build()
+        .expect("dag");
+    let opts = MeasureOptions {
+        full_check_max_flops: 0.0,
+        check_points: 5,
+        ..quick(Isolation::Fork)
+    };
+    let mut m = CpuMeasurer::new(opts);
+    assert!(m.measure(&dag, &[State::new(&dag)])[0].is_ok());
+    // Writes only the first half of C: the sampled points may miss it, the NaN scan does not.
+    let half = with_body(|_, _, c, i| store_loop(i, 8, c, Expr::var(i), Expr::f32(0.0)));
+    let k = Kernel::compile(&half).expect("compiles");
+    let r = m.measure_kernels(&dag, &[k]);
+    assert_eq!(
+        r[0].as_ref().err().map(|e| e.kind),
+        Some(MeasureErrorKind::WrongResult),
+        "{r:?}"
+    );
+}

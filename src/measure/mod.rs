@@ -3,7 +3,9 @@
 //! [`CpuMeasurer`] implements the tuner's [`Measurer`]: for a batch of candidates of one
 //! workload it
 //! 1. draws random inputs from a seed and computes the reference outputs with the direct
-//!    evaluator (cached per workload, since the evaluator is slow on large shapes);
+//!    evaluator (cached per workload): every element for workloads of up to
+//!    `full_check_max_flops`, sampled elements for larger ones (the evaluator is an
+//!    interpreter, far too slow for whole large workloads);
 //! 2. lowers and compiles every candidate, in parallel on rayon's pool;
 //! 3. runs the candidates one after another, so they do not disturb each other: first one
 //!    run whose outputs (pre-filled with NaN / `i32::MIN`, so unwritten elements show) are
@@ -66,6 +68,12 @@ pub struct MeasureOptions {
     pub seed: u64,
     /// Compare outputs with the reference before timing.
     pub check: bool,
+    /// Workloads of up to this many flops are checked element by element against the
+    /// evaluator run on the whole DAG; larger ones at `check_points` sampled elements per
+    /// output (the evaluator runs at about 50 ns per flop, so 2e7 is about a second).
+    pub full_check_max_flops: f64,
+    /// Elements sampled per output for large workloads.
+    pub check_points: usize,
     /// Code generation settings.
     pub codegen: CodegenOptions,
 }
@@ -87,6 +95,8 @@ impl Default for MeasureOptions {
             },
             seed: 0,
             check: true,
+            full_check_max_flops: 2e7,
+            check_points: 512,
             codegen: CodegenOptions::default(),
         }
     }
@@ -145,8 +155,18 @@ fn internal(m: String) -> MeasureError {
 /// Inputs, reference outputs and tolerance for one workload.
 pub(crate) struct Reference {
     inputs: Vec<AlignedBuffer>,
-    outputs: Vec<NdData>,
+    expected: Expected,
     tol: f64,
+}
+
+/// What a candidate's outputs are compared with.
+enum Expected {
+    /// Every element of every output (the evaluator ran on the whole DAG).
+    Full(Vec<NdData>),
+    /// Sampled elements of each output, `(flat indices, values)` per output, for workloads
+    /// too large to evaluate whole; the rest of each float output must at least be written
+    /// (no NaN left of the poison fill).
+    Points(Vec<(Vec<i64>, Vec<f64>)>),
 }
 
 /// Measures candidates on this CPU; see the module doc.
@@ -175,19 +195,28 @@ impl CpuMeasurer {
             }
         }
         let inputs = random_inputs(dag, self.opts.seed)?;
-        let outputs =
-            eval::evaluate(dag, &inputs).map_err(|e| internal(format!("reference: {e}")))?;
-        let dtype = outputs
-            .first()
-            .map(|o| o.data.dtype())
-            .unwrap_or(DType::F32);
+        let ref_err = |e: tensortune_schedules::scalar::EvalError| internal(format!("reference: {e}"));
+        let out_ops: Vec<_> = dag.outputs().iter().map(|&t| dag.op(t)).collect();
+        let dtype = out_ops.first().map(|o| o.dtype).unwrap_or(DType::F32);
+        let expected = if dag.flops() <= self.opts.full_check_max_flops {
+            Expected::Full(eval::evaluate(dag, &inputs).map_err(ref_err)?)
+        } else {
+            let mut per_output = Vec::new();
+            for (o, op) in out_ops.iter().enumerate() {
+                let n: i64 = op.shape.iter().product();
+                let points = sample_points(n, self.opts.check_points, self.opts.seed);
+                let values = eval::evaluate_points(dag, &inputs, o, &points).map_err(ref_err)?;
+                per_output.push((points, values));
+            }
+            Expected::Points(per_output)
+        };
         let r = std::sync::Arc::new(Reference {
             inputs: inputs
                 .iter()
                 .map(AlignedBuffer::from_nd)
                 .collect::<Result<_, _>>()
                 .map_err(|e| internal(e.to_string()))?,
-            outputs,
+            expected,
             tol: tolerance(dtype, max_reduction_len(dag)),
         });
         self.cache = Some((key, r.clone()));
@@ -280,24 +309,69 @@ pub(crate) fn measure_one(
             .map_err(|e| MeasureError::new(MeasureErrorKind::Runtime, e.to_string()))?;
     }
     if opts.check {
-        for (i, (o, want)) in outs.iter().zip(&reference.outputs).enumerate() {
-            let got = o.to_nd().map_err(|e| internal(e.to_string()))?;
-            let d = got.max_rel_diff(want).ok_or_else(|| {
-                internal(format!("output {i} has another shape than the reference"))
-            })?;
-            if d.is_nan() || d > reference.tol {
-                return Err(MeasureError::new(
-                    MeasureErrorKind::WrongResult,
-                    format!(
-                        "output {i} differs from the reference by {d:.3e} (tolerance {:.1e})",
-                        reference.tol
-                    ),
-                ));
-            }
-        }
+        check_outputs(&outs, reference)?;
     }
     let mut out_refs: Vec<&mut AlignedBuffer> = outs.iter_mut().collect();
     time_kernel(k, rt, &ins, &mut out_refs, opts)
+}
+
+fn wrong(i: usize, d: f64, tol: f64) -> MeasureError {
+    MeasureError::new(
+        MeasureErrorKind::WrongResult,
+        format!("output {i} differs from the reference by {d:.3e} (tolerance {tol:.1e})"),
+    )
+}
+
+/// Compares a candidate's outputs with the reference (see [`Expected`]).
+fn check_outputs(outs: &[AlignedBuffer], reference: &Reference) -> Result<(), MeasureError> {
+    let tol = reference.tol;
+    match &reference.expected {
+        Expected::Full(want) => {
+            for (i, (o, w)) in outs.iter().zip(want).enumerate() {
+                let got = o.to_nd().map_err(|e| internal(e.to_string()))?;
+                let d = got.max_rel_diff(w).ok_or_else(|| {
+                    internal(format!("output {i} has another shape than the reference"))
+                })?;
+                if d.is_nan() || d > tol {
+                    return Err(wrong(i, d, tol));
+                }
+            }
+        }
+        Expected::Points(want) => {
+            for (i, (o, (points, values))) in outs.iter().zip(want).enumerate() {
+                let got = o.to_nd().map_err(|e| internal(e.to_string()))?;
+                let n = got.data.len();
+                if (0..n).any(|j| got.data.get_f64(j).is_nan()) {
+                    return Err(MeasureError::new(
+                        MeasureErrorKind::WrongResult,
+                        format!("output {i} has elements left unwritten (NaN)"),
+                    ));
+                }
+                for (&p, &w) in points.iter().zip(values) {
+                    let g = got.data.get_f64(p as usize);
+                    let d = (g - w).abs() / (1.0 + w.abs());
+                    if d.is_nan() || d > tol {
+                        return Err(wrong(i, d, tol));
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `count` distinct-ish flat indices in `[0, n)`: the first and last element and
+/// pseudo-random ones from `seed`.
+fn sample_points(n: i64, count: usize, seed: u64) -> Vec<i64> {
+    if n <= 0 {
+        return Vec::new();
+    }
+    let mut rng = tensortune_schedules::data::SplitMix64(seed ^ 0x5eed);
+    let mut pts = vec![0, n - 1];
+    while pts.len() < count.max(2) && (pts.len() as i64) < n {
+        pts.push((rng.next() % n as u64) as i64);
+    }
+    pts
 }
 
 /// Times `k` on the given arguments: `warmup` runs, then `repeat` timings of `number` runs
