@@ -465,3 +465,55 @@ fn runs_on_ndarray_views_of_any_layout() {
         Err(RunError::Shape { .. })
     ));
 }
+
+/// The vector `exp` (a polynomial, not libm) at the edges of the f32 range.
+#[test]
+fn vector_exp_edges() {
+    let xs: Vec<f32> = vec![
+        -200.0,
+        -104.0,
+        -103.0,
+        -100.0,
+        -90.0,
+        -87.5,
+        -50.0,
+        -1.0,
+        -0.3,
+        0.0,
+        0.3,
+        1.0,
+        10.0,
+        50.0,
+        88.0,
+        88.5,
+        88.7,
+        88.73,
+        100.0,
+        f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        1e-8,
+        -1e-8,
+    ];
+    let n = xs.len() as i64;
+    let mut b = Builder::new();
+    let a = b.input("A", DType::F32, &[n]);
+    let c = b.output("C", DType::F32, &[n]);
+    let j = b.var("j");
+    let e = Expr::Call(Intrinsic::Exp, Box::new(ld(a, DType::F32, v(&j))));
+    let f = b.finish("vexp", for_(&j, n, ForKind::Vectorized, st(c, v(&j), e)));
+    let k = Kernel::compile(&f).expect("compile");
+    let input = NdData::new(vec![n], Data::F32(xs.clone())).expect("data");
+    let got = k.run_nd(&Runtime::serial(), &[input]).expect("run");
+    let Data::F32(y) = &got[0].data else {
+        panic!("dtype")
+    };
+    for (x, y) in xs.iter().zip(y) {
+        let want = x.exp();
+        let ok = (want.is_nan() && y.is_nan())
+            || want == *y
+            || ((want - y).abs() / want.abs().max(1e-30)) < 4e-7
+            || (want.abs() < 1e-37 && y.abs() < 1e-37);
+        assert!(ok, "exp({x}) = {y}, libm {want}");
+    }
+}

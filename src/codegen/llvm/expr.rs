@@ -456,7 +456,11 @@ impl<'ctx> Gen<'ctx, '_> {
             }
             _ if !d.is_float() => Err(invalid(format!("{} of {d}", f.name()))),
             Intr::Abs => self.intrinsic("llvm.fabs", &[t], &[x]),
-            Intr::Exp => self.intrinsic("llvm.exp", &[t], &[x]),
+            Intr::Exp => match x {
+                // LLVM would scalarize `llvm.exp` on vectors into libm calls.
+                V::VectorValue(v) if d == DType::F32 => self.vexp_f32(v),
+                _ => self.intrinsic("llvm.exp", &[t], &[x]),
+            },
             Intr::Log => self.intrinsic("llvm.log", &[t], &[x]),
             Intr::Sqrt => self.intrinsic("llvm.sqrt", &[t], &[x]),
             Intr::Tanh => {
@@ -464,6 +468,82 @@ impl<'ctx> Gen<'ctx, '_> {
                 self.libm_call(name, self.scalar_ty(d), x)
             }
         }
+    }
+
+    /// `exp` of an f32 vector without libm: `2^n * p(r)` with `n = round(x / ln 2)`,
+    /// `r = x - n ln 2` (ln 2 split in two for exactness) and Cephes' degree-6 polynomial for
+    /// `e^r` on `|r| <= ln2 / 2` (about 1 ulp in the normal range). Above `ln(FLT_MAX)` the
+    /// result is `+inf`, below the denormal range 0, and NaN stays NaN.
+    fn vexp_f32(&mut self, x: VectorValue<'ctx>) -> Res<V<'ctx>> {
+        use inkwell::values::InstructionOpcode as O;
+        let n = x.get_type().get_size();
+        let f = |g: &mut Self, c: f32| -> Res<V<'ctx>> {
+            Ok(
+                g.broadcast(g.cx.f32_type().const_float(c as f64).into(), n)?
+                    .into(),
+            )
+        };
+        let xv: V<'ctx> = x.into();
+        // ln(FLT_MAX) and ln of half the least denormal.
+        let lo = f(self, -103.972_08)?;
+        let hi = f(self, 88.722_84)?;
+        let xc = self.intrinsic("llvm.maxnum", &[xv.get_type()], &[xv, lo])?;
+        let xc = self.intrinsic("llvm.minnum", &[xv.get_type()], &[xc, hi])?;
+        let log2e = f(self, std::f32::consts::LOG2_E)?;
+        let t = self.b.build_binop(O::FMul, xc, log2e, "t")?;
+        let k = self.intrinsic("llvm.roundeven", &[t.get_type()], &[t])?;
+        let ln2_hi = f(self, 0.693_359_4)?;
+        let ln2_lo = f(self, -2.121_944_4e-4)?;
+        let r = self.b.build_binop(O::FMul, k, ln2_hi, "kh")?;
+        let r = self.b.build_binop(O::FSub, xc, r, "r")?;
+        let kl = self.b.build_binop(O::FMul, k, ln2_lo, "kl")?;
+        let r = self.contract(self.b.build_binop(O::FSub, r, kl, "r")?);
+        const C: [f32; 6] = [
+            1.987_569_1e-4,
+            1.398_199_9e-3,
+            8.333_452e-3,
+            4.166_579_6e-2,
+            1.666_666_5e-1,
+            5.000_000_1e-1,
+        ];
+        let mut p = f(self, C[0])?;
+        for &c in &C[1..] {
+            let m = self.contract(self.b.build_binop(O::FMul, p, r, "p")?);
+            let cv = f(self, c)?;
+            p = self.contract(self.b.build_binop(O::FAdd, m, cv, "p")?);
+        }
+        // e^r = 1 + r + r^2 p(r)
+        let r2 = self.b.build_binop(O::FMul, r, r, "r2")?;
+        let p = self.contract(self.b.build_binop(O::FMul, p, r2, "p")?);
+        let p = self.contract(self.b.build_binop(O::FAdd, p, r, "p")?);
+        let one = f(self, 1.0)?;
+        let p = self.contract(self.b.build_binop(O::FAdd, p, one, "p")?);
+        // 2^k as 2^k1 * 2^k2 with k1 = k >> 1, k2 = k - k1, so that each factor is a normal
+        // float over the whole clamped range (k in [-150, 128]).
+        let i32v = self.cx.i32_type().vec_type(n);
+        let ki = self.b.build_cast(O::FPToSI, k, i32v, "ki")?;
+        let one_i = self.broadcast(self.cx.i32_type().const_int(1, false).into(), n)?;
+        let k1 = self.b.build_binop(O::AShr, ki, one_i.into(), "k1")?;
+        let k2 = self.b.build_binop(O::Sub, ki, k1, "k2")?;
+        let bias = self.broadcast(self.cx.i32_type().const_int(127, false).into(), n)?;
+        let sh = self.broadcast(self.cx.i32_type().const_int(23, false).into(), n)?;
+        let mut y = p;
+        for kk in [k1, k2] {
+            let e = self.b.build_binop(O::Add, kk, bias.into(), "e")?;
+            let e = self.b.build_binop(O::Shl, e, sh.into(), "e")?;
+            let scale = self.b.build_bit_cast(e, x.get_type(), "2^k")?;
+            y = self.b.build_binop(O::FMul, y, scale, "exp")?;
+        }
+        // Below the clamp the result is 0 (the true value is under half the least denormal).
+        let under = self.fcmp(FloatPredicate::OLT, xv, lo)?;
+        let zero = f(self, 0.0)?;
+        let y = self.select(under, zero, y)?;
+        // Overflow to +inf, NaN through.
+        let over = self.fcmp(FloatPredicate::OGT, xv, hi)?;
+        let inf = f(self, f32::INFINITY)?;
+        let y = self.select(over, inf, y)?;
+        let nan = self.fcmp(FloatPredicate::UNO, xv, xv)?;
+        self.select(nan, xv, y)
     }
 
     /// Calls a one-argument C math function, lane by lane for vectors.
