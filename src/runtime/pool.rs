@@ -219,6 +219,32 @@ mod tests {
         }
     }
 
+    unsafe extern "C" fn calls(closure: *mut c_void, _begin: i64, _end: i64) -> i32 {
+        let n = unsafe { &*(closure as *const AtomicI64) };
+        n.fetch_add(1, Ordering::SeqCst);
+        0
+    }
+
+    unsafe extern "C" fn fail_on_second_half(_closure: *mut c_void, begin: i64, _end: i64) -> i32 {
+        if begin > 0 {
+            7
+        } else {
+            0
+        }
+    }
+
+    #[test]
+    fn parallel_for_splits_into_thread_chunks_and_reports_failure() {
+        let rt = Runtime::new(2).expect("pool");
+        let t = rt.table();
+        let n = AtomicI64::new(0);
+        let code =
+            unsafe { ((*t).parallel_for)(t, 10, calls, &n as *const AtomicI64 as *mut c_void) };
+        assert_eq!((code, n.load(Ordering::SeqCst)), (0, 2));
+        let code = unsafe { ((*t).parallel_for)(t, 10, fail_on_second_half, std::ptr::null_mut()) };
+        assert_eq!(code, 7);
+    }
+
     #[test]
     fn alloc_is_aligned_and_frees() {
         let rt = Runtime::serial();
