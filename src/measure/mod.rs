@@ -195,7 +195,8 @@ impl CpuMeasurer {
             }
         }
         let inputs = random_inputs(dag, self.opts.seed)?;
-        let ref_err = |e: tensortune_schedules::scalar::EvalError| internal(format!("reference: {e}"));
+        let ref_err =
+            |e: tensortune_schedules::scalar::EvalError| internal(format!("reference: {e}"));
         let out_ops: Vec<_> = dag.outputs().iter().map(|&t| dag.op(t)).collect();
         let dtype = out_ops.first().map(|o| o.dtype).unwrap_or(DType::F32);
         let expected = if dag.flops() <= self.opts.full_check_max_flops {
