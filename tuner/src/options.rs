@@ -1,0 +1,102 @@
+//! Every knob of a tuning run, in one serde struct.
+//!
+//! Defaults are Ansor's where Ansor has one (the source is noted per field); the rest are
+//! ours and say why.
+
+use serde::{Deserialize, Serialize};
+
+/// Options of a tuning run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct TuneOptions {
+    /// Total candidates to measure (per workload when tuning one, in all with several).
+    pub trials: usize,
+    /// Candidates measured per round (Ansor: 64).
+    pub batch_size: usize,
+    /// Stop after this many seconds of wall time, if set.
+    pub time_budget_s: Option<f64>,
+    /// Stop a workload after this many trials without a better result, if set.
+    pub early_stop: Option<usize>,
+    /// Seed of every random choice of the run.
+    pub seed: u64,
+    /// Worker threads the kernels may use (1: serial; no parallel loops are generated).
+    pub threads: usize,
+    /// Programs per generation of the evolutionary search (Ansor: 2048).
+    pub population: usize,
+    /// Generations per round (Ansor: 4).
+    pub generations: usize,
+    /// Probability that a child is a mutation of a parent rather than a copy (Ansor: 0.85).
+    pub mutation_prob: f64,
+    /// Relative weights of the mutations (Ansor: 0.90 / 0.05 / 0.04 / 0.01).
+    pub mutation_weights: MutationWeights,
+    /// Largest fraction of the initial population taken from the best measured records
+    /// (Ansor: 0.2).
+    pub init_from_records: f64,
+    /// Fraction of each measured batch picked at random rather than by the model (Ansor: 0.05).
+    pub eps_greedy: f64,
+    /// Most SIMD lanes of a vectorized loop (16 = one AVX-512 register of f32).
+    pub max_vector_lanes: i64,
+    /// Values the `auto_unroll_max_step` pragma takes (Ansor's CPU set).
+    pub unroll_steps: Vec<u32>,
+    /// Records measured before the learned model replaces the random one (Ansor: ~100).
+    pub model_warmup: usize,
+    /// Probability of a non-perfect tile size (with a guarded tail) when sampling.
+    pub imperfect_tile_prob: f64,
+    /// Print nothing on stderr.
+    pub quiet: bool,
+    /// The records database to resume from and write to (none: records are not kept).
+    pub db: Option<std::path::PathBuf>,
+    /// Re-measure this many of the best programs at the end, interleaved, and report the
+    /// re-measured best (0 disables).
+    pub remeasure_top: usize,
+}
+
+/// Relative weights of the mutation kinds.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MutationWeights {
+    /// Move a factor between two levels of one tile.
+    pub tile_size: f64,
+    /// Change where a stage is computed.
+    pub compute_location: f64,
+    /// Change an `auto_unroll_max_step` value.
+    pub unroll: f64,
+    /// Change how many outer loops are fused into the parallel loop.
+    pub parallel: f64,
+}
+
+impl Default for MutationWeights {
+    fn default() -> Self {
+        MutationWeights {
+            tile_size: 0.90,
+            compute_location: 0.05,
+            unroll: 0.04,
+            parallel: 0.01,
+        }
+    }
+}
+
+impl Default for TuneOptions {
+    fn default() -> Self {
+        TuneOptions {
+            trials: 256,
+            batch_size: 64,
+            time_budget_s: None,
+            early_stop: None,
+            seed: 0,
+            threads: 1,
+            population: 2048,
+            generations: 4,
+            mutation_prob: 0.85,
+            mutation_weights: MutationWeights::default(),
+            init_from_records: 0.2,
+            eps_greedy: 0.05,
+            max_vector_lanes: 16,
+            unroll_steps: vec![0, 16, 64, 512],
+            model_warmup: 100,
+            imperfect_tile_prob: 0.1,
+            quiet: false,
+            db: None,
+            remeasure_top: 3,
+        }
+    }
+}

@@ -1,0 +1,286 @@
+//! Sketches: traces with holes.
+//!
+//! A [`Sketch`] is the search space of one program structure: a list of [`SketchStep`]s, some
+//! fixed ([`Step`]s), some reading one of its [`Hole`]s (tile factors, a compute location, an
+//! unroll limit, how many loops to parallelize). Filling every hole with a value (the
+//! *decisions*) and instantiating gives a concrete [`State`] whose trace records the sketch's
+//! name and the decisions, so a mutator can change one decision of a measured record and
+//! instantiate again.
+//!
+//! Sketches are made by the rules of [`rules`]; decisions are drawn by [`sample`] and changed
+//! by [`crate::mutate`].
+
+pub mod rules;
+pub mod sample;
+
+use tensortune_schedules::schedule::{IterKind, ScheduleError, State};
+use tensortune_schedules::trace::{Annotation, SketchRef, Step};
+use tensortune_schedules::{ComputeDag, TensorId};
+
+/// One hole of a sketch.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Hole {
+    /// Tile factors of a loop of `extent` split into `parts` loops: the decision holds the
+    /// `parts - 1` inner extents, outer to inner; the outermost loop covers the rest.
+    Tile {
+        /// Extent of the loop split.
+        extent: i64,
+        /// Number of loops it becomes.
+        parts: usize,
+        /// Largest innermost extent (the vector lanes of a vectorized loop), if limited.
+        max_inner: Option<i64>,
+    },
+    /// One value of `choices`.
+    Choice {
+        /// The values allowed.
+        choices: Vec<i64>,
+        /// What the value means (for the mutators' weights).
+        kind: ChoiceKind,
+    },
+}
+
+/// What a choice hole decides.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChoiceKind {
+    /// An `auto_unroll_max_step` value.
+    Unroll,
+    /// A compute location: -1 for the root, else a loop position of the consumer.
+    Location,
+    /// The number of outer loops fused into one parallel loop.
+    Parallel,
+}
+
+/// One instruction of a sketch.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SketchStep {
+    /// A step with no hole.
+    Fixed(Step),
+    /// Split with the factors of a tile hole.
+    Split {
+        /// Stage position.
+        stage: u32,
+        /// Loop position.
+        iter: u32,
+        /// The tile hole.
+        hole: usize,
+    },
+    /// Split following another stage's tile: factor `k` is the product of the hole's factors
+    /// in `ranges[k]` (index ranges into the decision).
+    FollowSplit {
+        /// Stage position.
+        stage: u32,
+        /// Loop position.
+        iter: u32,
+        /// The tile hole followed.
+        hole: usize,
+        /// Which factors each new inner loop takes.
+        ranges: Vec<(usize, usize)>,
+    },
+    /// `compute_at(stage, target, loop)` with the loop chosen by a location hole (-1: stay at
+    /// the root).
+    ComputeAt {
+        /// Stage position.
+        stage: u32,
+        /// Consumer position.
+        target: u32,
+        /// The location hole.
+        hole: usize,
+    },
+    /// Vectorize the innermost loop if it is spatial and has 2 to `max_lanes` iterations.
+    /// Annotations name the stage by tensor: they come last, after stages were inserted.
+    VectorizeInnermost {
+        /// The stage's tensor.
+        tensor: TensorId,
+        /// Most lanes.
+        max_lanes: i64,
+    },
+    /// Fuse the first `k` loops (a parallel hole; only spatial ones are taken) and run them in
+    /// parallel.
+    ParallelOuter {
+        /// The stage's tensor.
+        tensor: TensorId,
+        /// The parallel hole.
+        hole: usize,
+    },
+    /// `auto_unroll_max_step` on the stage's outermost loop, from an unroll hole.
+    AutoUnroll {
+        /// The stage's tensor.
+        tensor: TensorId,
+        /// The unroll hole.
+        hole: usize,
+    },
+}
+
+/// A trace with holes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sketch {
+    /// Unique among the sketches of one workload (e.g. `C:tile`).
+    pub name: String,
+    /// Instructions, in order.
+    pub steps: Vec<SketchStep>,
+    /// Holes, indexed by the steps.
+    pub holes: Vec<Hole>,
+}
+
+/// Why decisions do not instantiate a sketch.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum SketchError {
+    /// Wrong number or shape of decisions.
+    #[error("decisions do not fit sketch `{0}`")]
+    Decisions(String),
+    /// A step did not apply.
+    #[error("sketch `{sketch}`: {source}")]
+    Step {
+        /// The sketch.
+        sketch: String,
+        /// The step's error.
+        source: ScheduleError,
+    },
+}
+
+impl Sketch {
+    /// True if `decisions` has one well-formed value per hole.
+    pub fn fits(&self, decisions: &[Vec<i64>]) -> bool {
+        decisions.len() == self.holes.len()
+            && self.holes.iter().zip(decisions).all(|(h, d)| match h {
+                Hole::Tile { parts, .. } => d.len() + 1 == *parts && d.iter().all(|&f| f >= 1),
+                Hole::Choice { choices, .. } => d.len() == 1 && choices.contains(&d[0]),
+            })
+    }
+
+    /// The concrete schedule for `decisions`.
+    pub fn instantiate(
+        &self,
+        dag: &ComputeDag,
+        decisions: &[Vec<i64>],
+    ) -> Result<State, SketchError> {
+        if !self.fits(decisions) {
+            return Err(SketchError::Decisions(self.name.clone()));
+        }
+        let mut s = State::new(dag);
+        let err = |source| SketchError::Step {
+            sketch: self.name.clone(),
+            source,
+        };
+        for step in &self.steps {
+            match step {
+                SketchStep::Fixed(st) => s.apply_in_place(st).map_err(err)?,
+                SketchStep::Split { stage, iter, hole } => s
+                    .apply_in_place(&Step::Split {
+                        stage: *stage,
+                        iter: *iter,
+                        factors: decisions[*hole].clone(),
+                    })
+                    .map_err(err)?,
+                SketchStep::FollowSplit {
+                    stage,
+                    iter,
+                    hole,
+                    ranges,
+                } => {
+                    let d = &decisions[*hole];
+                    let factors: Vec<i64> = ranges
+                        .iter()
+                        .map(|&(a, b)| d.get(a..b).map(|x| x.iter().product()).unwrap_or(1))
+                        .collect();
+                    s.apply_in_place(&Step::Split {
+                        stage: *stage,
+                        iter: *iter,
+                        factors,
+                    })
+                    .map_err(err)?
+                }
+                SketchStep::ComputeAt {
+                    stage,
+                    target,
+                    hole,
+                } => {
+                    let at = decisions[*hole][0];
+                    if at >= 0 {
+                        s.apply_in_place(&Step::ComputeAt {
+                            stage: *stage,
+                            target: *target,
+                            iter: at as u32,
+                        })
+                        .map_err(err)?
+                    }
+                }
+                SketchStep::VectorizeInnermost { tensor, max_lanes } => {
+                    let Some(p) = s.position_of(*tensor) else {
+                        continue;
+                    };
+                    let stage = &(p as u32);
+                    let Some(st) = s.stage(p) else { continue };
+                    let n = st.leaves.len();
+                    let fits = st
+                        .leaf(n.wrapping_sub(1))
+                        .map(|l| {
+                            l.kind == IterKind::Spatial && l.extent >= 2 && l.extent <= *max_lanes
+                        })
+                        .unwrap_or(false);
+                    if fits {
+                        // A stage attached at the innermost loop refuses; that is not an error
+                        // of the sketch, the loop just stays scalar.
+                        let _ = s.apply(&Step::Annotate {
+                            stage: *stage,
+                            iter: n as u32 - 1,
+                            annotation: Annotation::Vectorize,
+                        });
+                    }
+                }
+                SketchStep::ParallelOuter { tensor, hole } => {
+                    let k = decisions[*hole][0].max(0) as usize;
+                    let Some(p) = s.position_of(*tensor) else {
+                        continue;
+                    };
+                    let stage = &(p as u32);
+                    let Some(st) = s.stage(p) else { continue };
+                    let spatial = st
+                        .leaves
+                        .iter()
+                        .take_while(|&&l| {
+                            let it = st.iter(l);
+                            it.kind == IterKind::Spatial && it.annotation.is_none()
+                        })
+                        .count();
+                    let k = k.min(spatial);
+                    if k >= 1 {
+                        if k >= 2 {
+                            s.apply_in_place(&Step::Fuse {
+                                stage: *stage,
+                                iters: (0..k as u32).collect(),
+                            })
+                            .map_err(err)?;
+                        }
+                        s.apply_in_place(&Step::Annotate {
+                            stage: *stage,
+                            iter: 0,
+                            annotation: Annotation::Parallel,
+                        })
+                        .map_err(err)?;
+                    }
+                }
+                SketchStep::AutoUnroll { tensor, hole } => {
+                    let m = decisions[*hole][0].max(0) as u32;
+                    let Some(p) = s.position_of(*tensor) else {
+                        continue;
+                    };
+                    let stage = &(p as u32);
+                    if m > 0 {
+                        s.apply_in_place(&Step::AutoUnroll {
+                            stage: *stage,
+                            iter: 0,
+                            max_step: m,
+                        })
+                        .map_err(err)?;
+                    }
+                }
+            }
+        }
+        s.set_sketch(Some(SketchRef {
+            name: self.name.clone(),
+            decisions: decisions.to_vec(),
+        }));
+        Ok(s)
+    }
+}

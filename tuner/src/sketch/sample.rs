@@ -1,0 +1,71 @@
+//! Random decisions for a sketch's holes ("random annotation").
+//!
+//! Tile factors are mostly perfect factorizations of the loop's extent (each level a random
+//! divisor of what is left, innermost first, the innermost within the vector lanes where the
+//! hole asks), and with a small probability non-perfect ones that leave a guarded tail.
+
+use super::{Hole, Sketch};
+use crate::options::TuneOptions;
+use rand::Rng;
+
+/// Divisors of `n`, ascending.
+pub fn divisors(n: i64) -> Vec<i64> {
+    let mut small = Vec::new();
+    let mut large = Vec::new();
+    let mut d = 1;
+    while d * d <= n {
+        if n % d == 0 {
+            small.push(d);
+            if d * d != n {
+                large.push(n / d);
+            }
+        }
+        d += 1;
+    }
+    small.extend(large.into_iter().rev());
+    small
+}
+
+/// Random inner factors (outer to inner) for a tile hole.
+pub fn sample_tile(
+    rng: &mut impl Rng,
+    extent: i64,
+    parts: usize,
+    max_inner: Option<i64>,
+    imperfect_prob: f64,
+) -> Vec<i64> {
+    let mut factors = vec![1; parts.saturating_sub(1)];
+    let mut rest = extent.max(1);
+    for level in (0..factors.len()).rev() {
+        let cap = if level + 1 == factors.len() {
+            max_inner.unwrap_or(i64::MAX)
+        } else {
+            i64::MAX
+        };
+        let f = if rng.gen_bool(imperfect_prob.clamp(0.0, 1.0)) {
+            rng.gen_range(1..=rest.min(cap).max(1))
+        } else {
+            let divs: Vec<i64> = divisors(rest).into_iter().filter(|&d| d <= cap).collect();
+            divs[rng.gen_range(0..divs.len())]
+        };
+        factors[level] = f;
+        rest = (rest + f - 1) / f;
+    }
+    factors
+}
+
+/// Random decisions for every hole of `sketch`.
+pub fn sample(sketch: &Sketch, rng: &mut impl Rng, opts: &TuneOptions) -> Vec<Vec<i64>> {
+    sketch
+        .holes
+        .iter()
+        .map(|h| match h {
+            Hole::Tile {
+                extent,
+                parts,
+                max_inner,
+            } => sample_tile(rng, *extent, *parts, *max_inner, opts.imperfect_tile_prob),
+            Hole::Choice { choices, .. } => vec![choices[rng.gen_range(0..choices.len())]],
+        })
+        .collect()
+}

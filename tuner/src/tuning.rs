@@ -1,0 +1,531 @@
+//! The tuning loop: rounds of search, measurement, records and retraining.
+//!
+//! One round for one task (workload): the evolutionary search proposes a batch ranked by the
+//! cost model (which ranks at random until it has learned enough), the [`Measurer`]
+//! measures it, the batch is written to the records database in one transaction, and the
+//! model is retrained on every measured program. Rounds go to tasks as the
+//! [`crate::scheduler`] decides. The run stops at the trial budget, the time budget, or when
+//! every task has stopped early (no better program in `early_stop` trials) or run out of new
+//! programs.
+//!
+//! On a database that already has records for a task and target, the run resumes: those
+//! programs are never measured again, the best of them seed the search, and the model is
+//! trained on them before the first round.
+
+use crate::measure::{MeasureErrorKind, MeasureResult, Measurer};
+use crate::options::TuneOptions;
+use crate::scheduler::{next_task, TaskStatus};
+use crate::search::{fingerprint, Candidate, Scorer, SearchSpace};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use rayon::prelude::*;
+use std::collections::HashSet;
+use std::time::Instant;
+use tensortune_cost_model::{CostModel, ProgramFeatures, Sample};
+use tensortune_records::{
+    Database, ErrorKind, NewRecord, NewRun, Outcome, RunId, Timing, Workload,
+};
+use tensortune_schedules::lower::lower;
+use tensortune_schedules::schedule::State;
+use tensortune_schedules::trace::Trace;
+use tensortune_schedules::ComputeDag;
+
+/// One workload to tune.
+#[derive(Clone, Debug)]
+pub struct TaskInput {
+    /// The workload key (a canonical spec, or a user's name for a custom DAG).
+    pub key: String,
+    /// What it computes.
+    pub dag: ComputeDag,
+    /// Its weight in the total latency (how often it runs).
+    pub weight: f64,
+}
+
+/// The best program of a task.
+#[derive(Clone, Debug)]
+pub struct Best {
+    /// The schedule.
+    pub state: State,
+    /// Median seconds per run, as measured in the tuning run.
+    pub latency_s: f64,
+}
+
+/// What a run did for one task.
+#[derive(Clone, Debug)]
+pub struct TaskReport {
+    /// The workload key.
+    pub key: String,
+    /// Floating-point operations of one run.
+    pub flops: f64,
+    /// The best program measured (this run or, when resuming, before).
+    pub best: Option<Best>,
+    /// Trials measured in this run.
+    pub trials: usize,
+    /// Of those, how many failed.
+    pub errors: usize,
+    /// Records that were in the database before the run.
+    pub resumed: usize,
+    /// `(trials so far, best latency so far)` after each of this run's rounds.
+    pub curve: Vec<(usize, f64)>,
+}
+
+impl TaskReport {
+    /// GFLOP/s of the best program.
+    pub fn best_gflops(&self) -> Option<f64> {
+        self.best.as_ref().map(|b| self.flops / b.latency_s / 1e9)
+    }
+}
+
+/// Wall time by phase, in seconds.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PhaseTimes {
+    /// Evolutionary search, including lowering and scoring candidates.
+    pub search_s: f64,
+    /// Inside the measurer (compiling, checking and running candidates).
+    pub measure_s: f64,
+    /// Retraining the cost model (features included).
+    pub model_s: f64,
+    /// Writing records.
+    pub records_s: f64,
+    /// The whole run.
+    pub total_s: f64,
+}
+
+/// What a run did.
+#[derive(Clone, Debug)]
+pub struct TuneSummary {
+    /// One report per task, in input order.
+    pub tasks: Vec<TaskReport>,
+    /// Where the time went.
+    pub phases: PhaseTimes,
+    /// The records run id, when a database was given.
+    pub run: Option<RunId>,
+}
+
+/// Progress of a run, for a progress bar or log lines.
+#[derive(Clone, Debug)]
+pub struct RoundInfo {
+    /// The task of the round.
+    pub key: String,
+    /// Trials measured so far (all tasks).
+    pub trials_done: usize,
+    /// The trial budget.
+    pub trials_total: usize,
+    /// Best GFLOP/s of this task so far.
+    pub best_gflops: Option<f64>,
+    /// Failures in this round.
+    pub errors: usize,
+    /// Seconds since the run started.
+    pub elapsed_s: f64,
+}
+
+/// Receives progress; every method has a no-op default.
+pub trait Observer {
+    /// After each round.
+    fn round(&mut self, _info: &RoundInfo) {}
+}
+
+/// An observer that ignores everything.
+pub struct Silent;
+impl Observer for Silent {}
+
+/// Why a run failed (a failed candidate is not a run failure).
+#[derive(Debug, thiserror::Error)]
+pub enum TuneError {
+    /// The records database failed.
+    #[error("records database: {0}")]
+    Records(#[from] tensortune_records::RecordsError),
+    /// Nothing to tune.
+    #[error("no workload given")]
+    NoTasks,
+    /// A workload has no sketch (should not happen: every DAG has a plain one).
+    #[error("workload `{0}` has no search space")]
+    NoSketch(String),
+}
+
+struct Task {
+    input: TaskInput,
+    space: SearchSpace,
+    flops: f64,
+    measured: HashSet<u64>,
+    good: Vec<(f64, Candidate)>,
+    report: TaskReport,
+    status: TaskStatus,
+    since_improvement: usize,
+}
+
+/// Scores states with a cost model: lowered and featurized in parallel, then predicted.
+struct ModelScorer<'a> {
+    model: &'a dyn CostModel,
+}
+
+impl Scorer for ModelScorer<'_> {
+    fn score(&mut self, states: &[State]) -> Vec<f64> {
+        let feats: Vec<Option<ProgramFeatures>> = states
+            .par_iter()
+            .map(|s| lower(s).ok().map(|f| ProgramFeatures::extract(&f)))
+            .collect();
+        let ok: Vec<ProgramFeatures> = feats.iter().flatten().cloned().collect();
+        let pred = self
+            .model
+            .predict(&ok)
+            .unwrap_or_else(|_| vec![0.0; ok.len()]);
+        let mut it = pred.into_iter();
+        feats
+            .iter()
+            .map(|f| match f {
+                Some(_) => it.next().unwrap_or(f64::NEG_INFINITY),
+                None => f64::NEG_INFINITY,
+            })
+            .collect()
+    }
+}
+
+/// A tuning run.
+pub struct Tuner<'a> {
+    /// The options.
+    pub opts: TuneOptions,
+    measurer: &'a mut dyn Measurer,
+    db: Option<&'a mut Database>,
+    model: Box<dyn CostModel>,
+    /// Samples of resumed records, given to the model before the first round.
+    resumed: Vec<Sample>,
+    trained_on: usize,
+}
+
+fn error_kind(k: MeasureErrorKind) -> ErrorKind {
+    match k {
+        MeasureErrorKind::Lower | MeasureErrorKind::Compile => ErrorKind::Compile,
+        MeasureErrorKind::Runtime => ErrorKind::Runtime,
+        MeasureErrorKind::Timeout => ErrorKind::Timeout,
+        MeasureErrorKind::WrongResult => ErrorKind::WrongResult,
+        MeasureErrorKind::Internal => ErrorKind::Other,
+    }
+}
+
+impl<'a> Tuner<'a> {
+    /// A run measuring through `measurer`, ranking with `model`, recording into `db` when
+    /// given. The model receives each batch's samples once (it keeps what it learned; a
+    /// learned model ranks at random until it has enough samples: see its warm-up option).
+    pub fn new(
+        opts: TuneOptions,
+        measurer: &'a mut dyn Measurer,
+        db: Option<&'a mut Database>,
+        model: Box<dyn CostModel>,
+    ) -> Tuner<'a> {
+        Tuner {
+            opts,
+            measurer,
+            db,
+            model,
+            resumed: Vec::new(),
+            trained_on: 0,
+        }
+    }
+
+    fn sample_of(key: &str, flops: f64, state: &State, latency: Option<f64>) -> Option<Sample> {
+        let f = lower(state).ok()?;
+        Some(Sample {
+            features: ProgramFeatures::extract(&f),
+            workload: key.to_string(),
+            throughput: latency
+                .filter(|l| *l > 0.0)
+                .map(|l| flops / l)
+                .unwrap_or(0.0),
+        })
+    }
+
+    fn new_task(&mut self, input: TaskInput, target: &str) -> Result<Task, TuneError> {
+        let space = SearchSpace::new(input.dag.clone(), &self.opts);
+        if space.sketches.is_empty() {
+            return Err(TuneError::NoSketch(input.key.clone()));
+        }
+        let flops = input.dag.flops();
+        let mut task = Task {
+            report: TaskReport {
+                key: input.key.clone(),
+                flops,
+                best: None,
+                trials: 0,
+                errors: 0,
+                resumed: 0,
+                curve: Vec::new(),
+            },
+            status: TaskStatus {
+                weight: input.weight,
+                history: Vec::new(),
+                trials: 0,
+                last_round: 0,
+                done: false,
+            },
+            space,
+            flops,
+            measured: HashSet::new(),
+            good: Vec::new(),
+            since_improvement: 0,
+            input,
+        };
+        // Resume from the records of this workload and target.
+        if let Some(db) = self.db.as_deref() {
+            for r in db.records(&task.input.key, target)? {
+                let Ok(trace) = Trace::from_json(&r.trace_json) else {
+                    continue;
+                };
+                let Ok(state) = trace.replay(&task.input.dag) else {
+                    continue;
+                };
+                task.measured.insert(fingerprint(&state));
+                task.report.resumed += 1;
+                let latency = r.outcome.timing().map(|t| t.median_s);
+                if let Some(s) = Self::sample_of(&task.input.key, flops, &state, latency) {
+                    self.resumed.push(s);
+                }
+                if let Some(l) = latency {
+                    if let Some(c) = task.space.from_state(&state) {
+                        task.good.push((l, c));
+                    }
+                    if task
+                        .report
+                        .best
+                        .as_ref()
+                        .map(|b| l < b.latency_s)
+                        .unwrap_or(true)
+                    {
+                        task.report.best = Some(Best {
+                            state,
+                            latency_s: l,
+                        });
+                    }
+                }
+            }
+            if let Some(b) = &task.report.best {
+                task.status.history.push(b.latency_s);
+                task.status.trials = task.report.resumed;
+                task.status.last_round = task.report.resumed;
+            }
+        }
+        Ok(task)
+    }
+
+    /// Tunes the tasks; see the module doc.
+    pub fn run(
+        &mut self,
+        inputs: Vec<TaskInput>,
+        observer: &mut dyn Observer,
+    ) -> Result<TuneSummary, TuneError> {
+        if inputs.is_empty() {
+            return Err(TuneError::NoTasks);
+        }
+        let start = Instant::now();
+        let mut phases = PhaseTimes::default();
+        let target = self.measurer.target_key();
+        let mut tasks = Vec::new();
+        for i in inputs {
+            tasks.push(self.new_task(i, &target)?);
+        }
+        let run = match self.db.as_deref_mut() {
+            Some(db) => Some(db.begin_run(&NewRun {
+                tool_version: format!("tensortune {}", env!("CARGO_PKG_VERSION")),
+                target: target.clone(),
+                seed: Some(self.opts.seed),
+                options: serde_json::to_string(&self.opts).unwrap_or_default(),
+            })?),
+            None => None,
+        };
+        if !self.resumed.is_empty() {
+            let t = Instant::now();
+            let resumed = std::mem::take(&mut self.resumed);
+            if self.model.update(&resumed).is_ok() {
+                self.trained_on += resumed.len();
+            }
+            phases.model_s += t.elapsed().as_secs_f64();
+        }
+        let mut rng = ChaCha8Rng::seed_from_u64(self.opts.seed);
+        let mut done_trials = 0;
+        while done_trials < self.opts.trials {
+            if self
+                .opts
+                .time_budget_s
+                .is_some_and(|b| start.elapsed().as_secs_f64() >= b)
+            {
+                break;
+            }
+            let statuses: Vec<TaskStatus> = tasks.iter().map(|t| t.status.clone()).collect();
+            let Some(ti) = next_task(&statuses) else {
+                break;
+            };
+            let n = self
+                .opts
+                .batch_size
+                .min(self.opts.trials - done_trials)
+                .max(1);
+            let task = &mut tasks[ti];
+
+            // Search.
+            let t = Instant::now();
+            task.good.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let seeds: Vec<Candidate> = task
+                .good
+                .iter()
+                .take(self.opts.population / 5 + 1)
+                .map(|(_, c)| c.clone())
+                .collect();
+            let mut scorer = ModelScorer {
+                model: self.model.as_ref(),
+            };
+            let batch =
+                task.space
+                    .propose(&mut scorer, &task.measured, &seeds, n, &self.opts, &mut rng);
+            phases.search_s += t.elapsed().as_secs_f64();
+            if batch.is_empty() {
+                task.status.done = true;
+                continue;
+            }
+
+            // Measure.
+            let t = Instant::now();
+            let states: Vec<State> = batch.iter().map(|c| c.state.clone()).collect();
+            let results: Vec<MeasureResult> = self.measurer.measure(&task.input.dag, &states);
+            phases.measure_s += t.elapsed().as_secs_f64();
+
+            // Record, in one transaction.
+            let t = Instant::now();
+            let workload = Workload::new(task.input.key.clone(), task.flops);
+            let mut rows = Vec::with_capacity(batch.len());
+            let mut errors = 0;
+            let mut improved = false;
+            for (c, r) in batch.iter().zip(&results) {
+                task.measured.insert(fingerprint(&c.state));
+                let json = c.state.trace().to_json();
+                match r {
+                    Ok(tm) => {
+                        let min = tm
+                            .repeats
+                            .iter()
+                            .copied()
+                            .fold(f64::INFINITY, f64::min)
+                            .min(tm.median_s);
+                        let max = tm
+                            .repeats
+                            .iter()
+                            .copied()
+                            .fold(0.0, f64::max)
+                            .max(tm.median_s);
+                        rows.push(NewRecord::measured(
+                            workload.clone(),
+                            &target,
+                            json,
+                            Timing {
+                                median_s: tm.median_s,
+                                min_s: min,
+                                max_s: max,
+                                repeats: tm.repeats.len().max(1) as u32,
+                            },
+                        ));
+                        task.good.push((tm.median_s, c.clone()));
+                        if task
+                            .report
+                            .best
+                            .as_ref()
+                            .map(|b| tm.median_s < b.latency_s)
+                            .unwrap_or(true)
+                        {
+                            task.report.best = Some(Best {
+                                state: c.state.clone(),
+                                latency_s: tm.median_s,
+                            });
+                            improved = true;
+                        }
+                    }
+                    Err(e) => {
+                        errors += 1;
+                        rows.push(NewRecord::failed(
+                            workload.clone(),
+                            &target,
+                            json,
+                            error_kind(e.kind),
+                            e.message.clone(),
+                        ));
+                    }
+                }
+            }
+            if let Some(db) = self.db.as_deref_mut() {
+                db.insert_batch(run, &rows)?;
+            }
+            phases.records_s += t.elapsed().as_secs_f64();
+
+            // Retrain.
+            let t = Instant::now();
+            let new: Vec<Sample> = batch
+                .par_iter()
+                .zip(&results)
+                .filter_map(|(c, r)| {
+                    Self::sample_of(
+                        &task.input.key,
+                        task.flops,
+                        &c.state,
+                        r.as_ref().ok().map(|t| t.median_s),
+                    )
+                })
+                .collect();
+            // A model that cannot learn from a batch (all failed, say) keeps ranking as before.
+            if self.model.update(&new).is_ok() {
+                self.trained_on += new.len();
+            }
+            phases.model_s += t.elapsed().as_secs_f64();
+
+            done_trials += batch.len();
+            task.report.trials += batch.len();
+            task.report.errors += errors;
+            task.status.trials += batch.len();
+            task.status.last_round = batch.len();
+            let best = task
+                .report
+                .best
+                .as_ref()
+                .map(|b| b.latency_s)
+                .unwrap_or(f64::INFINITY);
+            task.status.history.push(best);
+            task.report.curve.push((task.report.trials, best));
+            task.since_improvement = if improved {
+                0
+            } else {
+                task.since_improvement + batch.len()
+            };
+            if self
+                .opts
+                .early_stop
+                .is_some_and(|e| task.since_improvement >= e)
+            {
+                task.status.done = true;
+            }
+            observer.round(&RoundInfo {
+                key: task.input.key.clone(),
+                trials_done: done_trials,
+                trials_total: self.opts.trials,
+                best_gflops: task.report.best_gflops(),
+                errors,
+                elapsed_s: start.elapsed().as_secs_f64(),
+            });
+        }
+        if let (Some(db), Some(r)) = (self.db.as_deref_mut(), run) {
+            db.finish_run(r)?;
+        }
+        phases.total_s = start.elapsed().as_secs_f64();
+        Ok(TuneSummary {
+            tasks: tasks.into_iter().map(|t| t.report).collect(),
+            phases,
+            run,
+        })
+    }
+
+    /// How many samples the model has learned from in this run.
+    pub fn trained_on(&self) -> usize {
+        self.trained_on
+    }
+}
+
+/// Outcome of a record as a latency, for callers reading records back.
+pub fn latency_of(o: &Outcome) -> Option<f64> {
+    o.timing().map(|t| t.median_s)
+}

@@ -1,0 +1,190 @@
+//! The search on a simulated measurer: it converges far better than random sampling with the
+//! same budget, one seed fixes every trial, a resumed run measures nothing twice, and the
+//! task scheduler gives more rounds to the task with most to gain.
+
+use tensortune_cost_model::{CostModel, GbdtModel, GbdtOptions, RandomModel};
+use tensortune_records::Database;
+use tensortune_schedules::ops::WorkloadSpec;
+use tensortune_schedules::schedule::State;
+use tensortune_schedules::ComputeDag;
+use tensortune_tuner::search::SearchSpace;
+use tensortune_tuner::simulate::SimulatedMeasurer;
+use tensortune_tuner::tuning::{Silent, TaskInput, Tuner};
+use tensortune_tuner::{MeasureResult, Measurer, TuneOptions};
+
+fn task(spec: &str, weight: f64) -> TaskInput {
+    let w = WorkloadSpec::parse(spec).unwrap();
+    TaskInput {
+        key: w.canonical(),
+        dag: w.build().unwrap(),
+        weight,
+    }
+}
+
+fn gbdt() -> Box<dyn CostModel> {
+    let o = GbdtOptions {
+        warmup_samples: 32,
+        ..GbdtOptions::default()
+    };
+    Box::new(GbdtModel::new(o).expect("valid options"))
+}
+
+fn opts(trials: usize, seed: u64) -> TuneOptions {
+    TuneOptions {
+        trials,
+        batch_size: 16,
+        population: 128,
+        generations: 3,
+        model_warmup: 32,
+        seed,
+        quiet: true,
+        ..TuneOptions::default()
+    }
+}
+
+fn best_latency(model: Box<dyn CostModel>, o: &TuneOptions, spec: &str) -> (f64, f64) {
+    let t = task(spec, 1.0);
+    let space = SearchSpace::new(t.dag.clone(), o);
+    let mut m = SimulatedMeasurer::new(&space.sketches, 42, 1e-3);
+    let optimum = m.optimum();
+    let mut tuner = Tuner::new(o.clone(), &mut m, None, model);
+    let s = tuner.run(vec![t], &mut Silent).unwrap();
+    (s.tasks[0].best.as_ref().unwrap().latency_s, optimum)
+}
+
+#[test]
+fn search_beats_random_sampling() {
+    let spec = "matmul:M=256,N=128,K=192";
+    let mut wins = 0;
+    for seed in 0..3 {
+        let o = opts(160, seed);
+        let (learned, opt) = best_latency(gbdt(), &o, spec);
+        let (random, _) = best_latency(
+            Box::new(RandomModel::new(seed)),
+            &TuneOptions {
+                model_warmup: usize::MAX,
+                ..o
+            },
+            spec,
+        );
+        let (gl, gr) = (learned / opt - 1.0, random / opt - 1.0);
+        eprintln!("seed {seed}: learned excess {gl:.3}, random excess {gr:.3}");
+        if gl * 2.0 < gr {
+            wins += 1;
+        }
+    }
+    assert!(
+        wins >= 2,
+        "the guided search must beat random sampling by 2x in excess cost"
+    );
+}
+
+/// Logs the programs it is asked to measure, in order, and delegates.
+struct Logging<'a> {
+    inner: &'a mut SimulatedMeasurer,
+    log: Vec<String>,
+}
+
+impl Measurer for Logging<'_> {
+    fn measure(&mut self, dag: &ComputeDag, candidates: &[State]) -> Vec<MeasureResult> {
+        self.log
+            .extend(candidates.iter().map(|c| c.trace().steps_json()));
+        self.inner.measure(dag, candidates)
+    }
+    fn target_key(&self) -> String {
+        self.inner.target_key()
+    }
+}
+
+#[test]
+fn same_seed_same_trials() {
+    let run = |seed| {
+        let t = task("conv2d:N=1,C=8,H=14,W=14,K=16,R=3,S=3,pad=1", 1.0);
+        let o = opts(48, seed);
+        let space = SearchSpace::new(t.dag.clone(), &o);
+        let mut m = SimulatedMeasurer::new(&space.sketches, 1, 1e-3);
+        let mut logging = Logging {
+            inner: &mut m,
+            log: Vec::new(),
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let mut db = Database::open(dir.path().join("t.db")).unwrap();
+        let mut tuner = Tuner::new(o, &mut logging, Some(&mut db), gbdt());
+        tuner.run(vec![t.clone()], &mut Silent).unwrap();
+        logging.log
+    };
+    let (a, b, c) = (run(3), run(3), run(4));
+    assert_eq!(a.len(), 48);
+    let first_difference = a.iter().zip(&b).position(|(x, y)| x != y);
+    assert_eq!(
+        first_difference, None,
+        "same seed, same trials in the same order"
+    );
+    assert_ne!(a, c, "another seed, other trials");
+}
+
+#[test]
+fn resume_skips_measured_traces() {
+    let t = task("matmul:M=64,N=64,K=64", 1.0);
+    let o = opts(32, 9);
+    let space = SearchSpace::new(t.dag.clone(), &o);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("r.db");
+    let mut m = SimulatedMeasurer::new(&space.sketches, 5, 1e-3);
+    {
+        let mut db = Database::open(&path).unwrap();
+        Tuner::new(o.clone(), &mut m, Some(&mut db), gbdt())
+            .run(vec![t.clone()], &mut Silent)
+            .unwrap();
+    }
+    let mut db = Database::open(&path).unwrap();
+    let first_best = db
+        .best(&t.key, "simulated")
+        .unwrap()
+        .unwrap()
+        .outcome
+        .timing()
+        .unwrap()
+        .median_s;
+    let s = Tuner::new(TuneOptions { seed: 9, ..o }, &mut m, Some(&mut db), gbdt())
+        .run(vec![t.clone()], &mut Silent)
+        .unwrap();
+    assert_eq!(s.tasks[0].resumed, 32);
+    let recs = db.records(&t.key, "simulated").unwrap();
+    assert_eq!(recs.len(), 64);
+    let mut steps: Vec<String> = recs
+        .iter()
+        .map(|r| {
+            tensortune_schedules::trace::Trace::from_json(&r.trace_json)
+                .unwrap()
+                .steps_json()
+        })
+        .collect();
+    steps.sort();
+    steps.dedup();
+    assert_eq!(
+        steps.len(),
+        64,
+        "no program measured twice across the two runs"
+    );
+    assert!(s.tasks[0].best.as_ref().unwrap().latency_s <= first_best);
+}
+
+#[test]
+fn scheduler_favours_the_task_with_most_to_gain() {
+    // Two tasks; the heavy one runs 8 times as often: it must get more of the trials.
+    let small = task("matmul:M=32,N=32,K=32", 1.0);
+    let heavy = task("matmul:M=128,N=128,K=128", 8.0);
+    let o = opts(160, 2);
+    let mut sketches = SearchSpace::new(small.dag.clone(), &o).sketches;
+    sketches.extend(SearchSpace::new(heavy.dag.clone(), &o).sketches);
+    // Both tasks have one sketch of the same name, so the simulated costs are alike: the
+    // weight decides.
+    let mut m = SimulatedMeasurer::new(&sketches, 3, 1e-3);
+    let s = Tuner::new(o, &mut m, None, gbdt())
+        .run(vec![small, heavy], &mut Silent)
+        .unwrap();
+    let (a, b) = (s.tasks[0].trials, s.tasks[1].trials);
+    eprintln!("trials: light {a}, heavy {b}");
+    assert!(b > a, "heavy task got {b} trials, light {a}");
+}
