@@ -3,4 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-cargo test --workspace --all-targets "$@"
+# Release mode: the property tests and the JIT run much faster, and clippy, the tests and the
+# benches then share one build of LLVM-linked crates and of XGBoost's C++ (a debug and a
+# release build of it would each take many minutes).
+cargo test --release --workspace --all-targets "$@"

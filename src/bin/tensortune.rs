@@ -30,6 +30,12 @@ enum Command {
     Import(cli::records::ImportArgs),
     /// Merge databases into one, without duplicates.
     Merge(cli::records::MergeArgs),
+    /// List the op library: each op's keys and input order.
+    Workloads(cli::inspect::WorkloadsArgs),
+    /// Print the best schedule of a workload as a trace and as its loop nest.
+    Show(cli::inspect::ShowArgs),
+    /// Tune workloads on the host CPU into a records database.
+    Tune(cli::tune::TuneArgs),
     /// Compile a workload's default schedule, run it, and print latency and GFLOP/s.
     Run(cli::run::RunArgs),
     /// Print the loop IR, LLVM IR or assembly of a workload's default schedule.
@@ -45,6 +51,9 @@ fn run(command: Command) -> Result<(), CliError> {
         Command::Export(args) => cli::records::export(&args, &mut out),
         Command::Import(args) => cli::records::import(&args, &mut out, &mut io::stderr()),
         Command::Merge(args) => cli::records::merge(&args, &mut out),
+        Command::Tune(args) => cli::tune::tune(&args, &mut out),
+        Command::Workloads(args) => cli::inspect::workloads(&args, &mut out),
+        Command::Show(args) => cli::inspect::show(&args, &mut out),
         Command::Run(args) => cli::run::run(&args, &mut out),
         Command::Codegen(args) => cli::codegen::codegen(&args, &mut out),
     }

@@ -10,8 +10,10 @@
 //! rejected input line where there are several) on stderr, never as a backtrace.
 
 pub mod codegen;
+pub mod inspect;
 pub mod records;
 pub mod run;
+pub mod tune;
 
 use std::fmt;
 

@@ -76,6 +76,9 @@ pub struct MeasureOptions {
     pub check_points: usize,
     /// Code generation settings.
     pub codegen: CodegenOptions,
+    /// A candidate whose first timed run takes longer than this (seconds) is reported with
+    /// that single time, cut short (see `Measurer::set_cutoff`).
+    pub cutoff_s: Option<f64>,
 }
 
 impl Default for MeasureOptions {
@@ -98,6 +101,7 @@ impl Default for MeasureOptions {
             full_check_max_flops: 2e7,
             check_points: 512,
             codegen: CodegenOptions::default(),
+            cutoff_s: None,
         }
     }
 }
@@ -172,6 +176,8 @@ enum Expected {
 /// Measures candidates on this CPU; see the module doc.
 pub struct CpuMeasurer {
     opts: MeasureOptions,
+    /// Best time so far and the hopeless factor, from [`Measurer::set_cutoff`].
+    cutoff: Option<(Option<f64>, f64)>,
     /// Reference of the last workload measured, keyed by its printed DAG.
     cache: Option<(String, std::sync::Arc<Reference>)>,
 }
@@ -179,7 +185,11 @@ pub struct CpuMeasurer {
 impl CpuMeasurer {
     /// A measurer with these settings.
     pub fn new(opts: MeasureOptions) -> CpuMeasurer {
-        CpuMeasurer { opts, cache: None }
+        CpuMeasurer {
+            opts,
+            cutoff: None,
+            cache: None,
+        }
     }
 
     /// The settings.
@@ -266,14 +276,31 @@ impl Measurer for CpuMeasurer {
                 })
             })
             .collect();
-        kernels
-            .into_iter()
-            .map(|k| self.run_one(&k?, &reference))
-            .collect()
+        // The cutoff follows the best time so far, including this batch's.
+        let mut best = self.cutoff.and_then(|(b, _)| b);
+        let mut results = Vec::with_capacity(kernels.len());
+        for k in kernels {
+            if let Some((_, factor)) = self.cutoff {
+                self.opts.cutoff_s = best.map(|b| b * factor);
+            }
+            let r = k.and_then(|k| self.run_one(&k, &reference));
+            if let Ok(t) = &r {
+                if !t.cut_short && best.map(|b| t.median_s < b).unwrap_or(true) {
+                    best = Some(t.median_s);
+                }
+            }
+            results.push(r);
+        }
+        self.opts.cutoff_s = None;
+        results
     }
 
     fn target_key(&self) -> String {
         HostTarget::host().key(self.opts.threads)
+    }
+
+    fn set_cutoff(&mut self, best_s: Option<f64>, factor: f64) {
+        self.cutoff = (factor > 0.0).then_some((best_s, factor));
     }
 }
 
@@ -398,8 +425,15 @@ pub fn time_kernel(
         }
         Ok(t0.elapsed().as_secs_f64())
     };
-    for _ in 0..opts.warmup {
-        run(1)?;
+    // The first warm-up run is timed: a hopeless candidate stops there.
+    for w in 0..opts.warmup.max(opts.cutoff_s.is_some() as usize) {
+        let t = run(1)?;
+        if w == 0 && opts.cutoff_s.is_some_and(|c| t > c) {
+            let mut timing =
+                Timing::from_repeats(vec![t], 1).ok_or_else(|| internal("no timings".into()))?;
+            timing.cut_short = true;
+            return Ok(timing);
+        }
     }
     let min_s = opts.min_repeat_ms / 1e3;
     let mut number: u64 = 1;

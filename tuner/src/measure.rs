@@ -23,6 +23,10 @@ pub struct Timing {
     pub repeats: Vec<f64>,
     /// Runs per timing, grown until one timing lasted the measurer's minimum.
     pub number: u64,
+    /// The candidate was so much slower than the cutoff (see [`Measurer::set_cutoff`]) that
+    /// it was timed once, not `repeat` times: `repeats` holds that single time.
+    #[serde(default)]
+    pub cut_short: bool,
 }
 
 impl Timing {
@@ -46,6 +50,7 @@ impl Timing {
             spread_s: var.sqrt(),
             repeats,
             number,
+            cut_short: false,
         })
     }
 }
@@ -113,6 +118,13 @@ pub trait Measurer {
 
     /// The target key results are filed under (e.g. `llvm -mcpu=znver4 ... -threads=1`).
     fn target_key(&self) -> String;
+
+    /// Candidates whose first run takes longer than `factor` times the best time per run so
+    /// far (`best_s`, or a faster candidate earlier in the same batch) are hopeless: time them
+    /// once and report that single time (with [`Timing::cut_short`]) instead of timing them
+    /// `repeat` times, so they do not eat the tuning budget. A factor of 0 times every
+    /// candidate fully. The default ignores the setting.
+    fn set_cutoff(&mut self, _best_s: Option<f64>, _factor: f64) {}
 }
 
 #[cfg(test)]

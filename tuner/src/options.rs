@@ -42,6 +42,9 @@ pub struct TuneOptions {
     pub model_warmup: usize,
     /// Probability of a non-perfect tile size (with a guarded tail) when sampling.
     pub imperfect_tile_prob: f64,
+    /// A candidate whose first run is this many times slower than the best so far is timed
+    /// once and recorded as cut short (TVM spent minutes timing hopeless candidates fully).
+    pub hopeless_factor: f64,
     /// Print nothing on stderr.
     pub quiet: bool,
     /// The records database to resume from and write to (none: records are not kept).
@@ -94,6 +97,7 @@ impl Default for TuneOptions {
             unroll_steps: vec![0, 16, 64, 512],
             model_warmup: 100,
             imperfect_tile_prob: 0.1,
+            hopeless_factor: 4.0,
             quiet: false,
             db: None,
             remeasure_top: 3,

@@ -63,6 +63,8 @@ pub struct TaskReport {
     pub trials: usize,
     /// Of those, how many failed.
     pub errors: usize,
+    /// Of those, how many were hopeless and timed only once.
+    pub cut_short: usize,
     /// Records that were in the database before the run.
     pub resumed: usize,
     /// `(trials so far, best latency so far)` after each of this run's rounds.
@@ -248,6 +250,7 @@ impl<'a> Tuner<'a> {
                 best: None,
                 trials: 0,
                 errors: 0,
+                cut_short: 0,
                 resumed: 0,
                 curve: Vec::new(),
             },
@@ -385,6 +388,8 @@ impl<'a> Tuner<'a> {
             // Measure.
             let t = Instant::now();
             let states: Vec<State> = batch.iter().map(|c| c.state.clone()).collect();
+            let best = task.report.best.as_ref().map(|b| b.latency_s);
+            self.measurer.set_cutoff(best, self.opts.hopeless_factor);
             let results: Vec<MeasureResult> = self.measurer.measure(&task.input.dag, &states);
             phases.measure_s += t.elapsed().as_secs_f64();
 
@@ -399,6 +404,7 @@ impl<'a> Tuner<'a> {
                 let json = c.state.trace().to_json();
                 match r {
                     Ok(tm) => {
+                        task.report.cut_short += tm.cut_short as usize;
                         let min = tm
                             .repeats
                             .iter()

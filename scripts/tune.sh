@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The main job: set-up, build, then tune a workload on this CPU (one thread) into tuning.db
+# and print the result and where the records are.
+#   bash scripts/tune.sh [SPEC] [TRIALS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+spec="${1:-matmul:M=512,N=512,K=512}"
+trials="${2:-64}"
+bash scripts/setup.sh
+# `cargo run` puts the XGBoost library cargo built on the loader's path.
+cargo run --release --bin tensortune -- tune --workload "$spec" --trials "$trials" --threads 1 --db tuning.db
+cargo run -q --release --bin tensortune -- records --db tuning.db
+echo "records: $(pwd)/tuning.db"

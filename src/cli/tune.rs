@@ -1,0 +1,160 @@
+//! `tensortune tune`: tune workloads on the host CPU into a records database.
+
+use super::run::parse_workload;
+use super::CliError;
+use crate::tune::{tune_dags, Target, TuneError};
+use std::io::Write;
+use std::path::PathBuf;
+use tensortune_tuner::TuneOptions;
+
+/// Arguments of `tensortune tune`.
+#[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Examples:\n  tensortune tune --workload matmul:M=512,N=512,K=512 --trials 64 --db tuning.db\n  tensortune tune --workload dense_bias_relu:M=64,N=256,K=512@2 --workload dense_bias_relu:M=64,N=10,K=256 --trials 128 --db mlp.db --json"
+)]
+pub struct TuneArgs {
+    /// A workload to tune, optionally with a weight (how often it runs): `SPEC[@WEIGHT]`.
+    /// Repeat the flag to tune several together.
+    #[arg(long = "workload", value_name = "SPEC[@WEIGHT]", required = true)]
+    pub workloads: Vec<String>,
+    /// Target: `llvm` (the host CPU).
+    #[arg(long, default_value = "llvm")]
+    pub target: String,
+    /// Candidates to measure in all.
+    #[arg(long, default_value_t = 64)]
+    pub trials: usize,
+    /// The records database (created if missing; a run on an existing one resumes).
+    #[arg(long, value_name = "PATH", default_value = "tuning.db")]
+    pub db: PathBuf,
+    /// Seed of every random choice.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Threads for parallel loops (1: serial kernels).
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    /// Stop after this many seconds.
+    #[arg(long, value_name = "SECS")]
+    pub time_budget: Option<f64>,
+    /// Stop a workload after this many trials without improvement.
+    #[arg(long, value_name = "TRIALS")]
+    pub early_stop: Option<usize>,
+    /// Candidates measured per round.
+    #[arg(long, default_value_t = 64)]
+    pub batch_size: usize,
+    /// Programs per generation of the evolutionary search.
+    #[arg(long, default_value_t = 2048)]
+    pub population: usize,
+    /// End stdout with one JSON object per workload.
+    #[arg(long)]
+    pub json: bool,
+    /// No progress on stderr.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+fn parse_weighted(s: &str) -> Result<(String, f64), CliError> {
+    match s.rsplit_once('@') {
+        Some((spec, w)) => {
+            let w: f64 = w
+                .parse()
+                .ok()
+                .filter(|w: &f64| w.is_finite() && *w > 0.0)
+                .ok_or_else(|| {
+                    CliError::Usage(format!(
+                        "bad weight `{w}` in `{s}`: expected a positive number"
+                    ))
+                })?;
+            Ok((spec.to_string(), w))
+        }
+        None => Ok((s.to_string(), 1.0)),
+    }
+}
+
+/// Runs `tensortune tune`.
+pub fn tune(args: &TuneArgs, out: &mut dyn Write) -> Result<(), CliError> {
+    if args.trials == 0 {
+        return Err(CliError::Usage("--trials must be at least 1".into()));
+    }
+    let target =
+        Target::parse(&args.target, args.threads).map_err(|e| CliError::Usage(e.to_string()))?;
+    let mut tasks = Vec::new();
+    for w in &args.workloads {
+        let (spec, weight) = parse_weighted(w)?;
+        let (ws, dag) = parse_workload(&spec)?;
+        tasks.push((ws.canonical(), dag, weight));
+    }
+    let opts = TuneOptions {
+        trials: args.trials,
+        batch_size: args.batch_size.max(1),
+        population: args.population.max(1),
+        seed: args.seed,
+        threads: args.threads.max(1),
+        time_budget_s: args.time_budget,
+        early_stop: args.early_stop,
+        quiet: args.quiet,
+        db: Some(args.db.clone()),
+        ..TuneOptions::default()
+    };
+    let reports = tune_dags(tasks, &target, &opts).map_err(|e| match e {
+        TuneError::Records(r) if r.is_user_error() => CliError::Usage(r.to_string()),
+        TuneError::Spec(s) => CliError::Usage(s.to_string()),
+        TuneError::Target(t) => CliError::Usage(format!("unknown target `{t}`")),
+        e => CliError::Internal(e.to_string()),
+    })?;
+    let io = |e: std::io::Error| CliError::Internal(e.to_string());
+    if !args.json {
+        for r in &reports {
+            match (r.best_latency_s, r.best_gflops) {
+                (Some(l), Some(g)) => writeln!(
+                    out,
+                    "{}: best {:.3} ms ({:.1} GFLOP/s), {} trials ({} failed, {} cut short), re-measured; during tuning {:.3} ms",
+                    r.workload,
+                    l * 1e3,
+                    g,
+                    r.trials,
+                    r.errors,
+                    r.cut_short,
+                    r.tuning_latency_s.unwrap_or(l) * 1e3
+                ),
+                _ => writeln!(out, "{}: no valid program in {} trials ({} failed)", r.workload, r.trials, r.errors),
+            }
+            .map_err(io)?;
+        }
+        if let Some(r) = reports.first() {
+            let p = &r.phases;
+            let outside = p.total_s - p.measure_s;
+            writeln!(
+                out,
+                "tuning took {:.1} s: search {:.1} s, measure {:.1} s, model {:.1} s, records {:.2} s ({:.0}% outside the measurer)",
+                p.total_s,
+                p.search_s,
+                p.measure_s,
+                p.model_s,
+                p.records_s,
+                100.0 * outside / p.total_s.max(1e-9)
+            )
+            .map_err(io)?;
+            writeln!(
+                out,
+                "records: {} (target `{}`)",
+                args.db.display(),
+                r.target
+            )
+            .map_err(io)?;
+        }
+    } else {
+        for r in &reports {
+            let j = serde_json::json!({
+                "workload": r.workload,
+                "target": r.target,
+                "trials": r.trials,
+                "best_latency_s": r.best_latency_s,
+                "best_gflops": r.best_gflops,
+                "tuning_s": r.tuning_s,
+                "db": args.db,
+            });
+            writeln!(out, "{j}").map_err(io)?;
+        }
+    }
+    Ok(())
+}
