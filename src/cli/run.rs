@@ -1,4 +1,5 @@
-//! `tensortune run`: compile a workload's default schedule, run it, report latency.
+//! `tensortune run`: compile a workload (its best record with `--db`, else its default
+//! schedule), run it, report latency.
 //!
 //! With `--inputs a.npy,b.npy` the inputs are read from `.npy` files in the op's input order
 //! (their dtype and shape must match the op's); otherwise they are random from a fixed seed.
@@ -41,6 +42,31 @@ pub struct RunArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Run the best record of this records database for the workload and this CPU, when it
+    /// has one (else the default schedule).
+    #[arg(long, value_name = "DB")]
+    pub db: Option<PathBuf>,
+}
+
+/// The best recorded schedule of `spec` for `target` in `db`, if any replays; else the default.
+fn schedule_from(
+    db: Option<&Path>,
+    spec: &WorkloadSpec,
+    dag: &ComputeDag,
+    target: &str,
+) -> Result<(State, &'static str), CliError> {
+    if let Some(path) = db {
+        let db = tensortune_records::Database::open_existing(path)?;
+        for r in db.best_k(&spec.canonical(), target, 8)? {
+            match tensortune_schedules::trace::Trace::from_json(&r.trace_json)
+                .and_then(|t| t.replay(dag))
+            {
+                Ok(s) => return Ok((s, "best record")),
+                Err(e) => eprintln!("tensortune: skipping a record that does not replay: {e}"),
+            }
+        }
+    }
+    Ok((State::new(dag), "default schedule"))
 }
 
 pub(crate) fn parse_workload(spec: &str) -> Result<(WorkloadSpec, ComputeDag), CliError> {
@@ -52,7 +78,9 @@ pub(crate) fn parse_workload(spec: &str) -> Result<(WorkloadSpec, ComputeDag), C
 /// Runs `tensortune run`.
 pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<(), CliError> {
     let (spec, dag) = parse_workload(&args.workload)?;
-    let kernel = Kernel::from_state(&State::new(&dag), &Default::default())
+    let target = HostTarget::host().key(args.threads);
+    let (state, source) = schedule_from(args.db.as_deref(), &spec, &dag, &target)?;
+    let kernel = Kernel::from_state(&state, &Default::default())
         .map_err(|e| CliError::Internal(e.to_string()))?;
     let inputs = if args.inputs.is_empty() {
         random_inputs(&dag, 0).map_err(|e| CliError::Internal(e.to_string()))?
@@ -89,7 +117,6 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<(), CliError> {
         write_output(first, path)?;
     }
     let gflops = spec.flops() / timing.median_s / 1e9;
-    let target = HostTarget::host().key(args.threads);
     let io = |e: std::io::Error| CliError::Internal(e.to_string());
     if args.json {
         let v = serde_json::json!({
@@ -101,11 +128,13 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<(), CliError> {
             "repeats": timing.repeats,
             "number": timing.number,
             "gflops": gflops,
+            "schedule": source,
         });
         writeln!(out, "{v}").map_err(io)?;
     } else {
         writeln!(out, "workload  {}", spec.canonical()).map_err(io)?;
         writeln!(out, "target    {target}").map_err(io)?;
+        writeln!(out, "schedule  {source}").map_err(io)?;
         writeln!(
             out,
             "latency   {:.4} ms (median of {} timings of {} runs, spread {:.4} ms)",

@@ -42,7 +42,15 @@ pub(super) fn run_forked(
     // SAFETY: the parent's copy of the write end; closing it lets EOF arrive when the child
     // exits.
     unsafe { libc::close(wr) };
-    let deadline = Instant::now() + opts.timeout;
+    let started = Instant::now();
+    // A hopeless candidate (see `MeasureOptions::cutoff_s`) is stopped once it has had the
+    // time of its checked run and one timed run at the cutoff, and recorded as cut short with
+    // the time it ran: a lower bound, so it ranks as badly as it deserves.
+    let hopeless_after = opts
+        .cutoff_s
+        .map(|c| std::time::Duration::from_secs_f64(2.0 * c + 0.05))
+        .filter(|d| *d < opts.timeout);
+    let deadline = started + hopeless_after.unwrap_or(opts.timeout);
     let mut msg = Vec::new();
     let mut timed_out = false;
     loop {
@@ -91,6 +99,13 @@ pub(super) fn run_forked(
         if std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
             return Err(internal("waitpid failed".into()));
         }
+    }
+    if timed_out && hopeless_after.is_some() {
+        let ran = started.elapsed().as_secs_f64();
+        let mut t = tensortune_tuner::measure::Timing::from_repeats(vec![ran], 1)
+            .ok_or_else(|| internal("no timing".into()))?;
+        t.cut_short = true;
+        return Ok(t);
     }
     if timed_out {
         return Err(MeasureError::new(

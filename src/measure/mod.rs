@@ -36,7 +36,9 @@ use tensortune_schedules::data::NdData;
 use tensortune_schedules::schedule::State;
 use tensortune_schedules::te::OpKind;
 use tensortune_schedules::{eval, ComputeDag, DType, Expr};
-use tensortune_tuner::measure::{MeasureError, MeasureErrorKind, MeasureResult, Measurer, Timing};
+use tensortune_tuner::measure::{
+    MeasureError, MeasureErrorKind, MeasureResult, MeasureStats, Measurer, Timing,
+};
 
 /// How candidates are kept from taking the measurer down with them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -178,6 +180,7 @@ pub struct CpuMeasurer {
     opts: MeasureOptions,
     /// Best time so far and the hopeless factor, from [`Measurer::set_cutoff`].
     cutoff: Option<(Option<f64>, f64)>,
+    stats: MeasureStats,
     /// Reference of the last workload measured, keyed by its printed DAG.
     cache: Option<(String, std::sync::Arc<Reference>)>,
 }
@@ -188,6 +191,7 @@ impl CpuMeasurer {
         CpuMeasurer {
             opts,
             cutoff: None,
+            stats: MeasureStats::default(),
             cache: None,
         }
     }
@@ -263,6 +267,7 @@ impl Measurer for CpuMeasurer {
             Err(e) => return candidates.iter().map(|_| Err(e.clone())).collect(),
         };
         let codegen = self.opts.codegen.clone();
+        let t_compile = Instant::now();
         let kernels: Vec<Result<Kernel, MeasureError>> = candidates
             .par_iter()
             .map(|s| {
@@ -276,6 +281,8 @@ impl Measurer for CpuMeasurer {
                 })
             })
             .collect();
+        self.stats.compile_s += t_compile.elapsed().as_secs_f64();
+        let t_run = Instant::now();
         // The cutoff follows the best time so far, including this batch's.
         let mut best = self.cutoff.and_then(|(b, _)| b);
         let mut results = Vec::with_capacity(kernels.len());
@@ -292,7 +299,12 @@ impl Measurer for CpuMeasurer {
             results.push(r);
         }
         self.opts.cutoff_s = None;
+        self.stats.run_s += t_run.elapsed().as_secs_f64();
         results
+    }
+
+    fn stats(&self) -> MeasureStats {
+        self.stats
     }
 
     fn target_key(&self) -> String {

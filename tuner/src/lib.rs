@@ -19,5 +19,5 @@ pub mod simulate;
 pub mod sketch;
 pub mod tuning;
 
-pub use measure::{MeasureError, MeasureErrorKind, MeasureResult, Measurer, Timing};
+pub use measure::{MeasureError, MeasureErrorKind, MeasureResult, MeasureStats, Measurer, Timing};
 pub use options::TuneOptions;

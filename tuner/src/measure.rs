@@ -109,6 +109,15 @@ impl MeasureError {
 /// The outcome for one candidate.
 pub type MeasureResult = Result<Timing, MeasureError>;
 
+/// Where a measurer's time went, summed since it was made (seconds).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct MeasureStats {
+    /// Lowering and compiling candidates (wall time, builds run in parallel).
+    pub compile_s: f64,
+    /// Running candidates: the checked run, warm-up and timings (and process isolation).
+    pub run_s: f64,
+}
+
 /// Measures candidate schedules of one workload on some machine.
 pub trait Measurer {
     /// Measures `candidates`, all schedules of `dag`; returns one result per candidate, in
@@ -125,6 +134,11 @@ pub trait Measurer {
     /// `repeat` times, so they do not eat the tuning budget. A factor of 0 times every
     /// candidate fully. The default ignores the setting.
     fn set_cutoff(&mut self, _best_s: Option<f64>, _factor: f64) {}
+
+    /// Time spent so far, by phase; zero where the measurer does not keep it.
+    fn stats(&self) -> MeasureStats {
+        MeasureStats::default()
+    }
 }
 
 #[cfg(test)]

@@ -85,6 +85,10 @@ pub struct PhaseTimes {
     pub search_s: f64,
     /// Inside the measurer (compiling, checking and running candidates).
     pub measure_s: f64,
+    /// Of `measure_s`, compiling candidates (as the measurer reports it; 0 if it does not).
+    pub compile_s: f64,
+    /// Of `measure_s`, running candidates: the checked run, warm-up and timings.
+    pub run_s: f64,
     /// Retraining the cost model (features included).
     pub model_s: f64,
     /// Writing records.
@@ -320,6 +324,7 @@ impl<'a> Tuner<'a> {
             return Err(TuneError::NoTasks);
         }
         let start = Instant::now();
+        let stats0 = self.measurer.stats();
         let mut phases = PhaseTimes::default();
         let target = self.measurer.target_key();
         let mut tasks = Vec::new();
@@ -518,6 +523,9 @@ impl<'a> Tuner<'a> {
             db.finish_run(r)?;
         }
         phases.total_s = start.elapsed().as_secs_f64();
+        let stats = self.measurer.stats();
+        phases.compile_s = stats.compile_s - stats0.compile_s;
+        phases.run_s = stats.run_s - stats0.run_s;
         Ok(TuneSummary {
             tasks: tasks.into_iter().map(|t| t.report).collect(),
             phases,
