@@ -1,0 +1,195 @@
+//! Held-out evaluation of cost models on measured samples (what `tensortune model eval`
+//! prints).
+//!
+//! For each workload with at least [`EvalOptions::min_samples`] samples: shuffle them with
+//! the seed, train each model on the first [`EvalOptions::train_fraction`] and score the
+//! rest with [`crate::metrics`]. The random model's figures are averaged over
+//! [`EvalOptions::random_repeats`] seeds so that its expected 0.5 shows as about 0.5.
+
+use std::collections::BTreeMap;
+
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use serde::Serialize;
+
+use crate::error::ModelError;
+use crate::metrics::{pairwise_accuracy, spearman, top_k_recall};
+use crate::model::gbdt::{GbdtModel, GbdtOptions, Objective};
+use crate::model::random::RandomModel;
+use crate::model::{CostModel, Sample};
+
+/// How to evaluate.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EvalOptions {
+    /// Fraction of each workload's samples trained on (the rest is tested).
+    pub train_fraction: f64,
+    /// Workloads with fewer samples are skipped.
+    pub min_samples: usize,
+    /// Seed of the split and of the random model.
+    pub seed: u64,
+    /// `k` of the top-k recall.
+    pub top_k: usize,
+    /// Seeds the random model's figures are averaged over.
+    pub random_repeats: usize,
+    /// The gradient-boosted model's options; one model is evaluated per objective listed.
+    pub gbdt: GbdtOptions,
+    /// Objectives to evaluate.
+    pub objectives: Vec<Objective>,
+}
+
+impl Default for EvalOptions {
+    fn default() -> EvalOptions {
+        EvalOptions {
+            train_fraction: 0.8,
+            min_samples: 50,
+            seed: 0,
+            top_k: 5,
+            random_repeats: 10,
+            gbdt: GbdtOptions::default(),
+            objectives: vec![Objective::PackSumSquaredError],
+        }
+    }
+}
+
+/// Ranking quality on one test set (`None` where a figure is undefined, e.g. all tied).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct RankingMetrics {
+    /// Fraction of correctly ordered pairs.
+    pub pairwise_accuracy: Option<f64>,
+    /// Spearman rank correlation.
+    pub spearman: Option<f64>,
+    /// Recall of the true top-k among the predicted top-k.
+    pub top_k_recall: Option<f64>,
+}
+
+impl RankingMetrics {
+    fn of(pred: &[f64], truth: &[f64], k: usize) -> RankingMetrics {
+        RankingMetrics {
+            pairwise_accuracy: pairwise_accuracy(pred, truth),
+            spearman: spearman(pred, truth),
+            top_k_recall: top_k_recall(pred, truth, k),
+        }
+    }
+
+    fn mean(all: &[&RankingMetrics]) -> RankingMetrics {
+        let avg = |f: &dyn Fn(&RankingMetrics) -> Option<f64>| {
+            let v: Vec<f64> = all.iter().filter_map(|m| f(m)).collect();
+            (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+        };
+        RankingMetrics {
+            pairwise_accuracy: avg(&|m| m.pairwise_accuracy),
+            spearman: avg(&|m| m.spearman),
+            top_k_recall: avg(&|m| m.top_k_recall),
+        }
+    }
+}
+
+/// The figures of one workload.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct WorkloadEval {
+    /// Workload key.
+    pub workload: String,
+    /// Samples trained on.
+    pub train: usize,
+    /// Samples tested.
+    pub test: usize,
+    /// Per model (`gbdt-<objective>`, `random`): the test figures.
+    pub models: BTreeMap<String, RankingMetrics>,
+}
+
+/// The whole evaluation.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct EvalReport {
+    /// `k` of the top-k recall.
+    pub top_k: usize,
+    /// Per evaluated workload.
+    pub workloads: Vec<WorkloadEval>,
+    /// Workloads skipped for too few samples, with their sample count.
+    pub skipped: Vec<(String, usize)>,
+    /// Per model: the mean over workloads of each figure.
+    pub mean: BTreeMap<String, RankingMetrics>,
+}
+
+/// The model name used in reports for a gradient-boosted model with `objective`.
+pub fn gbdt_name(objective: Objective) -> String {
+    format!("gbdt-{}", objective.name())
+}
+
+/// Evaluates on `samples` (any mix of workloads); see the module documentation.
+pub fn evaluate(samples: &[Sample], opts: &EvalOptions) -> Result<EvalReport, ModelError> {
+    if !(opts.train_fraction > 0.0 && opts.train_fraction < 1.0) {
+        return Err(ModelError::InvalidOptions(
+            "train fraction must lie strictly between 0 and 1".into(),
+        ));
+    }
+    let mut by_workload: BTreeMap<&str, Vec<&Sample>> = BTreeMap::new();
+    for s in samples {
+        by_workload.entry(s.workload.as_str()).or_default().push(s);
+    }
+    let mut report = EvalReport {
+        top_k: opts.top_k,
+        workloads: Vec::new(),
+        skipped: Vec::new(),
+        mean: BTreeMap::new(),
+    };
+    for (w, (workload, group)) in by_workload.into_iter().enumerate() {
+        if group.len() < opts.min_samples.max(2) {
+            report.skipped.push((workload.to_string(), group.len()));
+            continue;
+        }
+        let mut order: Vec<&Sample> = group;
+        let mut rng = ChaCha8Rng::seed_from_u64(opts.seed.wrapping_add(w as u64));
+        order.shuffle(&mut rng);
+        let n_train =
+            ((order.len() as f64 * opts.train_fraction).round() as usize).clamp(1, order.len() - 1);
+        let (train, test) = order.split_at(n_train);
+        let train: Vec<Sample> = train.iter().map(|s| (*s).clone()).collect();
+        let test_features: Vec<_> = test.iter().map(|s| s.features.clone()).collect();
+        let truth: Vec<f64> = test.iter().map(|s| s.throughput).collect();
+        let mut models = BTreeMap::new();
+        for &objective in &opts.objectives {
+            let mut model = GbdtModel::new(GbdtOptions {
+                objective,
+                ..opts.gbdt.clone()
+            })?;
+            model.fit(train.clone())?;
+            let pred = model.predict(&test_features)?;
+            models.insert(
+                gbdt_name(objective),
+                RankingMetrics::of(&pred, &truth, opts.top_k),
+            );
+        }
+        let runs: Vec<RankingMetrics> = (0..opts.random_repeats.max(1))
+            .map(|r| {
+                let model = RandomModel::new(opts.seed.wrapping_add(1000 + r as u64));
+                let pred = model.predict(&test_features)?;
+                Ok(RankingMetrics::of(&pred, &truth, opts.top_k))
+            })
+            .collect::<Result<_, ModelError>>()?;
+        models.insert(
+            "random".to_string(),
+            RankingMetrics::mean(&runs.iter().collect::<Vec<_>>()),
+        );
+        report.workloads.push(WorkloadEval {
+            workload: workload.to_string(),
+            train: train.len(),
+            test: test.len(),
+            models,
+        });
+    }
+    let names: Vec<String> = report
+        .workloads
+        .first()
+        .map(|w| w.models.keys().cloned().collect())
+        .unwrap_or_default();
+    for name in names {
+        let all: Vec<&RankingMetrics> = report
+            .workloads
+            .iter()
+            .filter_map(|w| w.models.get(&name))
+            .collect();
+        report.mean.insert(name, RankingMetrics::mean(&all));
+    }
+    Ok(report)
+}

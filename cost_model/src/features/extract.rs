@@ -1,0 +1,558 @@
+//! The walk over a lowered function that writes one feature row per `Store`.
+//!
+//! One pass keeps the stack of loops, guards and allocations around the current statement;
+//! at each `Store` it counts the arithmetic of the store (value, index and guards), analyzes
+//! every buffer access with [`super::index`], and fills the groups laid out in
+//! [`super::names`]. Nothing here allocates per expression node, so a program of a few
+//! stores takes microseconds (measured: `cost_model/benches/cost_model_features.rs`).
+
+use super::index::{AccessPattern, Env, LoopDim};
+use super::names::*;
+use tensortune_schedules::expr::{BinOp, BufId, DType, Expr};
+use tensortune_schedules::ir::{BufKind, ForKind, LoweredFunc, Scope, Stmt, ThreadAxis};
+
+/// Cache line size assumed for the `lines` features (bytes): x86 and NVIDIA L1 sectors are
+/// both handled well by 64.
+const CACHE_LINE: f64 = 64.0;
+
+/// Arithmetic counts of one execution of a store, in the order of the computation group.
+#[derive(Clone, Copy, Default)]
+struct Ops([f64; 17]);
+
+// Indices into `Ops` (float kinds first; the int kind of each is `+ INT`).
+const MAD: usize = 0;
+const ADDSUB: usize = 1;
+const MUL: usize = 2;
+const DIVMOD: usize = 3;
+const CMP: usize = 4;
+const MATH: usize = 5;
+const MINMAX: usize = 6;
+const INT: usize = 7;
+const BOOL_OP: usize = 14;
+const SELECT: usize = 15;
+const CAST: usize = 16;
+
+impl Ops {
+    fn add(&mut self, kind: usize, float: bool) {
+        // The int block lists min/max before math functions (FEATURE_NAMES: int_minmax,
+        // int_math_func), the float block the other way round.
+        let slot = if float {
+            kind
+        } else {
+            match kind {
+                MATH => INT + 6,
+                MINMAX => INT + 5,
+                k => INT + k,
+            }
+        };
+        self.0[slot] += 1.0;
+    }
+
+    fn sub_mul(&mut self, float: bool) {
+        let slot = if float { MUL } else { INT + MUL };
+        self.0[slot] -= 1.0;
+    }
+
+    /// Floating-point operations (a mad counts two).
+    fn float_ops(&self) -> f64 {
+        2.0 * self.0[MAD] + self.0[ADDSUB..=MINMAX].iter().sum::<f64>()
+    }
+
+    /// Counts the operations of `e`, returning its dtype.
+    fn count(&mut self, e: &Expr) -> DType {
+        match e {
+            Expr::Const(c) => c.dtype(),
+            Expr::Var(_) => DType::I64,
+            Expr::Bin(op, a, b) => {
+                let da = self.count(a);
+                self.count(b);
+                let float = da.is_float();
+                match op {
+                    BinOp::Add | BinOp::Sub => {
+                        let is_mul = |x: &Expr| matches!(x, Expr::Bin(BinOp::Mul, ..));
+                        if is_mul(a) || is_mul(b) {
+                            // a + b * c: one multiply-add instead of an add and a multiply.
+                            self.sub_mul(float);
+                            self.add(MAD, float);
+                        } else {
+                            self.add(ADDSUB, float);
+                        }
+                    }
+                    BinOp::Mul => self.add(MUL, float),
+                    BinOp::Div | BinOp::Mod => self.add(DIVMOD, float),
+                    BinOp::Min | BinOp::Max => self.add(MINMAX, float),
+                }
+                da
+            }
+            Expr::Cmp(_, a, b) => {
+                let da = self.count(a);
+                self.count(b);
+                self.add(CMP, da.is_float());
+                DType::Bool
+            }
+            Expr::And(a, b) | Expr::Or(a, b) => {
+                self.count(a);
+                self.count(b);
+                self.0[BOOL_OP] += 1.0;
+                DType::Bool
+            }
+            Expr::Not(a) => {
+                self.count(a);
+                self.0[BOOL_OP] += 1.0;
+                DType::Bool
+            }
+            Expr::Select(c, t, f) => {
+                self.count(c);
+                let dt = self.count(t);
+                self.count(f);
+                self.0[SELECT] += 1.0;
+                dt
+            }
+            Expr::Cast(d, a) => {
+                self.count(a);
+                self.0[CAST] += 1.0;
+                *d
+            }
+            Expr::Call(_, a) => {
+                let da = self.count(a);
+                self.add(MATH, da.is_float());
+                da
+            }
+            Expr::BufLoad { dtype, index, .. } => {
+                self.count(index);
+                *dtype
+            }
+            Expr::Load { dtype, indices, .. } => {
+                indices.iter().for_each(|i| {
+                    self.count(i);
+                });
+                *dtype
+            }
+            Expr::Reduce { source, .. } => self.count(source),
+        }
+    }
+}
+
+/// A loop on the stack.
+#[derive(Clone, Copy)]
+struct LoopCtx {
+    dim: LoopDim,
+    kind: ForKind,
+}
+
+/// One access of a store: the buffer, its index, and whether it is the write.
+struct Access<'f> {
+    buf: BufId,
+    index: &'f Expr,
+    write: bool,
+}
+
+/// The accesses of one buffer in one store, analyzed.
+struct BufferUse {
+    buf: BufId,
+    read: bool,
+    write: bool,
+    /// Bytes accessed over the whole nest.
+    bytes: f64,
+    /// The first access's pattern (the write, for the written buffer).
+    pattern: AccessPattern,
+    /// Largest footprint of the accesses per level `0..=n` (level n: one element), elements.
+    footprint: Vec<f64>,
+    lines: f64,
+}
+
+struct Walker<'f> {
+    func: &'f LoweredFunc,
+    env: Env,
+    loops: Vec<LoopCtx>,
+    guards: Vec<&'f Expr>,
+    /// Temporaries live here: the buffer, the number of times its `Allocate` runs and the
+    /// number of loops around the `Allocate`.
+    allocs: Vec<(BufId, f64, usize)>,
+    /// Per buffer: how many stores of the function touch it.
+    store_users: Vec<u32>,
+    out: Vec<f32>,
+}
+
+/// Appends one row per store of `func` to a fresh vector; returns it with the row count.
+pub(crate) fn extract_rows(func: &LoweredFunc) -> (Vec<f32>, usize) {
+    let mut store_users = vec![0u32; func.buffers.len()];
+    let mut stores = 0usize;
+    func.body.visit(&mut |s| {
+        if let Stmt::Store { buf, index, value } = s {
+            stores += 1;
+            let mut seen: Vec<BufId> = vec![*buf];
+            let mut note = |e: &Expr| {
+                if let Expr::BufLoad { buf, .. } = e {
+                    if !seen.contains(buf) {
+                        seen.push(*buf);
+                    }
+                }
+            };
+            index.visit(&mut note);
+            value.visit(&mut note);
+            for b in seen {
+                if let Some(n) = store_users.get_mut(b.0 as usize) {
+                    *n += 1;
+                }
+            }
+        }
+    });
+    let mut w = Walker {
+        func,
+        env: Env::new(func.num_vars),
+        loops: Vec::new(),
+        guards: Vec::new(),
+        allocs: Vec::new(),
+        store_users,
+        out: Vec::with_capacity(stores * N_FEATURES),
+    };
+    w.stmt(&func.body);
+    let rows = w.out.len() / N_FEATURES;
+    (w.out, rows)
+}
+
+impl<'f> Walker<'f> {
+    fn stmt(&mut self, s: &'f Stmt) {
+        match s {
+            Stmt::For {
+                var,
+                extent,
+                kind,
+                body,
+            } => {
+                self.loops.push(LoopCtx {
+                    dim: LoopDim {
+                        var: var.id,
+                        extent: (*extent).max(1),
+                    },
+                    kind: *kind,
+                });
+                self.stmt(body);
+                self.loops.pop();
+            }
+            Stmt::Store { buf, index, value } => self.store(*buf, index, value),
+            Stmt::Allocate { buf, body } => {
+                let runs = self.loops.iter().map(|l| l.dim.extent as f64).product();
+                self.allocs.push((*buf, runs, self.loops.len()));
+                self.stmt(body);
+                self.allocs.pop();
+            }
+            Stmt::If {
+                cond,
+                then,
+                otherwise,
+            } => {
+                self.guards.push(cond);
+                self.stmt(then);
+                if let Some(o) = otherwise {
+                    self.stmt(o);
+                }
+                self.guards.pop();
+            }
+            Stmt::Seq(v) => v.iter().for_each(|s| self.stmt(s)),
+            Stmt::Sync => {}
+        }
+    }
+
+    fn decl_bytes(&self, buf: BufId) -> (f64, f64) {
+        match self.func.buffers.get(buf.0 as usize) {
+            Some(d) => (d.dtype.bytes() as f64, d.size().max(1) as f64),
+            None => (4.0, 1.0),
+        }
+    }
+
+    fn store(&mut self, buf: BufId, index: &'f Expr, value: &'f Expr) {
+        let dims: Vec<LoopDim> = self.loops.iter().map(|l| l.dim).collect();
+        let n = dims.len();
+        let execs: f64 = dims.iter().map(|d| d.extent as f64).product();
+        let mut row = [0f64; N_FEATURES];
+
+        // Computation: per execution, then over the nest.
+        let mut ops = Ops::default();
+        ops.count(index);
+        ops.count(value);
+        for g in &self.guards {
+            ops.count(g);
+        }
+        for (k, v) in ops.0.iter().enumerate() {
+            row[COMPUTATION + k] = v * execs;
+        }
+
+        // Accesses, grouped per buffer.
+        let mut accesses = vec![Access {
+            buf,
+            index,
+            write: true,
+        }];
+        let mut collect = |e: &'f Expr| {
+            if let Expr::BufLoad { buf, index, .. } = e {
+                accesses.push(Access {
+                    buf: *buf,
+                    index,
+                    write: false,
+                });
+            }
+        };
+        visit_ref(index, &mut collect);
+        visit_ref(value, &mut collect);
+        let mut uses: Vec<BufferUse> = Vec::new();
+        for a in &accesses {
+            let pattern = AccessPattern::of(a.index, &dims, &mut self.env);
+            let (elem, size) = self.decl_bytes(a.buf);
+            let footprint: Vec<f64> = (0..=n)
+                .map(|l| pattern.footprint(&dims, l).min(size))
+                .collect();
+            let lines = lines_of(&pattern, &dims, execs, elem);
+            match uses.iter_mut().find(|u| u.buf == a.buf) {
+                Some(u) => {
+                    u.read |= !a.write;
+                    u.write |= a.write;
+                    u.bytes += execs * elem;
+                    u.lines += lines;
+                    for (f, g) in u.footprint.iter_mut().zip(&footprint) {
+                        *f = f.max(*g);
+                    }
+                }
+                None => uses.push(BufferUse {
+                    buf: a.buf,
+                    read: !a.write,
+                    write: a.write,
+                    bytes: execs * elem,
+                    pattern,
+                    footprint,
+                    lines,
+                }),
+            }
+        }
+        uses.sort_by(|a, b| b.bytes.total_cmp(&a.bytes).then(a.buf.cmp(&b.buf)));
+        for (slot, u) in uses.iter().take(MAX_BUFFERS).enumerate() {
+            self.buffer_features(u, &dims, execs, &mut row[BUFFERS + slot * BUFFER_STRIDE..]);
+        }
+
+        // Annotations and GPU binding. A loop is a reduce loop of an update store (one that
+        // reads the element it writes) when the written index ignores it; loops outside the
+        // allocation of a temporary are not (each of their iterations has a fresh buffer).
+        let is_update = accesses
+            .iter()
+            .any(|a| !a.write && a.buf == buf && a.index == index);
+        let live_from = self
+            .allocs
+            .iter()
+            .rev()
+            .find(|(b, ..)| *b == buf)
+            .map_or(0, |(_, _, depth)| *depth);
+        let write_pattern = uses
+            .iter()
+            .find(|u| u.buf == buf)
+            .map(|u| &u.pattern)
+            .filter(|_| is_update);
+        let kinds = [ForKind::Vectorized, ForKind::Unrolled, ForKind::Parallel];
+        for (k, kind) in kinds.iter().enumerate() {
+            let base = ANNOTATION + k * ANNOTATION_STRIDE;
+            let mut num = 0.0;
+            let mut prod = 1.0;
+            let mut len = 0.0;
+            let mut pos: Option<usize> = None;
+            let mut mixed = false;
+            for (j, l) in self.loops.iter().enumerate() {
+                if l.kind != *kind {
+                    continue;
+                }
+                num += 1.0;
+                prod *= l.dim.extent as f64;
+                len = l.dim.extent as f64;
+                let level = if j + 1 == n {
+                    0
+                } else if j == 0 {
+                    2
+                } else {
+                    1
+                };
+                let reduce = j >= live_from && write_pattern.is_some_and(|p| !p.moves(j));
+                let p = 1 + level + if reduce { 3 } else { 0 };
+                if pos.is_some_and(|q| q != p) {
+                    mixed = true;
+                }
+                pos = Some(p);
+            }
+            row[base] = num;
+            row[base + 1] = if num > 0.0 { prod } else { 0.0 };
+            row[base + 2] = len;
+            let onehot = match (pos, mixed) {
+                (None, _) => 0,
+                (Some(_), true) => 7,
+                (Some(p), false) => p,
+            };
+            row[base + 3 + onehot] = 1.0;
+        }
+        for l in &self.loops {
+            if let ForKind::ThreadBound(axis) = l.kind {
+                row[GPU] = 1.0;
+                let slot = GPU
+                    + 1
+                    + match axis {
+                        ThreadAxis::BlockX => 0,
+                        ThreadAxis::BlockY => 1,
+                        ThreadAxis::BlockZ => 2,
+                        ThreadAxis::ThreadX => 3,
+                        ThreadAxis::ThreadY => 4,
+                        ThreadAxis::ThreadZ => 5,
+                        ThreadAxis::VThread => 6,
+                    };
+                row[slot] = row[slot].max(1.0) * l.dim.extent as f64;
+            }
+        }
+
+        // Arithmetic-intensity curve over t = 0..=n loops included from the innermost.
+        let float_ops = ops.float_ops();
+        let mut curve = Vec::with_capacity(n + 1);
+        let mut inner_prod = 1.0;
+        for t in 0..=n {
+            if t > 0 {
+                inner_prod *= dims[n - t].extent as f64;
+            }
+            let level = n - t;
+            let bytes: f64 = uses
+                .iter()
+                .map(|u| u.footprint[level] * self.decl_bytes(u.buf).0)
+                .sum();
+            curve.push(float_ops * inner_prod / bytes.max(1.0));
+        }
+        for i in 0..INTENSITY_SAMPLES {
+            let x = i as f64 * n as f64 / (INTENSITY_SAMPLES - 1) as f64;
+            let lo = x.floor() as usize;
+            let hi = (lo + 1).min(n);
+            let frac = x - lo as f64;
+            row[INTENSITY + i] = curve[lo] * (1.0 - frac) + curve[hi] * frac;
+        }
+
+        // Allocation of the written buffer.
+        let decl = self.func.buffers.get(buf.0 as usize);
+        if let Some((_, runs, _)) = self.allocs.iter().rev().find(|(b, ..)| *b == buf) {
+            let (elem, size) = self.decl_bytes(buf);
+            row[ALLOCATION] = elem * size;
+            row[ALLOCATION + 1] = *runs;
+            row[ALLOCATION + 2] = execs / runs.max(1.0);
+            row[ALLOCATION + 3] = decl.is_some_and(|d| d.scope == Scope::Local) as u8 as f64;
+            row[ALLOCATION + 4] = decl.is_some_and(|d| d.scope == Scope::Shared) as u8 as f64;
+        }
+
+        row[OUTER] = execs;
+        row[OUTER + 1] = n as f64;
+        row[OUTER + 2] = self.guards.len() as f64;
+        row[OUTER + 3] = decl.is_some_and(|d| matches!(d.kind, BufKind::Output(_))) as u8 as f64;
+
+        self.out.extend(row.iter().map(|&x| slog(x)));
+    }
+
+    fn buffer_features(&self, u: &BufferUse, dims: &[LoopDim], execs: f64, out: &mut [f64]) {
+        let n = dims.len();
+        let (elem, _) = self.decl_bytes(u.buf);
+        let p = &u.pattern;
+        let access = match (u.read, u.write) {
+            (true, true) => 2,
+            (false, true) => 1,
+            _ => 0,
+        };
+        out[access] = 1.0;
+        out[3] = u.bytes;
+        let unique = u.footprint[0];
+        out[4] = unique * elem;
+        out[5] = u.lines;
+        let step = step_elems(p, dims) * elem;
+        out[6] = if step >= CACHE_LINE {
+            unique
+        } else {
+            (unique * step.max(elem) / CACHE_LINE).clamp(1.0, unique)
+        };
+        // Reuse: the innermost loop of extent > 1 that does not move this index.
+        let reuse_loop = (0..n).rev().find(|&j| dims[j].extent > 1 && !p.moves(j));
+        let users = self.store_users.get(u.buf.0 as usize).copied().unwrap_or(0);
+        let (kind, dis_iter, dis_bytes, ct) = match reuse_loop {
+            Some(j) => {
+                let inner: f64 = dims[j + 1..].iter().map(|d| d.extent as f64).product();
+                (0, inner, u.footprint[j + 1] * elem, dims[j].extent as f64)
+            }
+            None if users > 1 => (1, execs, unique * elem, users as f64),
+            None => (2, 0.0, 0.0, 0.0),
+        };
+        out[7 + kind] = 1.0;
+        out[10] = dis_iter;
+        out[11] = dis_bytes;
+        out[12] = ct;
+        let div = ct.max(1.0);
+        out[13] = u.bytes / div;
+        out[14] = unique * elem / div;
+        out[15] = u.lines / div;
+        out[16] = p
+            .innermost_moving()
+            .and_then(|j| p.stride.get(j))
+            .copied()
+            .unwrap_or(0) as f64;
+        out[17] = p.stride.last().copied().unwrap_or(0) as f64;
+        out[18] = self
+            .func
+            .buffers
+            .get(u.buf.0 as usize)
+            .is_some_and(|d| d.kind == BufKind::Temp) as u8 as f64;
+    }
+}
+
+/// Elements between consecutive accesses of the innermost loop that moves the index (the
+/// average step over the loop when its first step is 0, as for `floor(v / c)`).
+fn step_elems(p: &AccessPattern, dims: &[LoopDim]) -> f64 {
+    match p.innermost_moving() {
+        Some(j) => {
+            let s = p.stride[j].unsigned_abs() as f64;
+            if s > 0.0 {
+                s
+            } else {
+                p.span[j] as f64 / (dims[j].extent - 1).max(1) as f64
+            }
+        }
+        None => 0.0,
+    }
+}
+
+/// Cache lines fetched by one access over the nest: iterations of the loops inside the
+/// innermost moving loop hit the same element; consecutive elements closer than a line
+/// share it.
+fn lines_of(p: &AccessPattern, dims: &[LoopDim], execs: f64, elem: f64) -> f64 {
+    match p.innermost_moving() {
+        Some(j) => {
+            let repeat: f64 = dims[j + 1..].iter().map(|d| d.extent as f64).product();
+            let step = step_elems(p, dims) * elem;
+            (execs / repeat * (step / CACHE_LINE).min(1.0)).max(1.0)
+        }
+        None => 1.0,
+    }
+}
+
+/// Calls `f` on every sub-expression with the borrow of the tree (so the caller may keep
+/// references), parents first.
+fn visit_ref<'e>(e: &'e Expr, f: &mut impl FnMut(&'e Expr)) {
+    f(e);
+    match e {
+        Expr::Const(_) | Expr::Var(_) => {}
+        Expr::Bin(_, a, b) | Expr::Cmp(_, a, b) | Expr::And(a, b) | Expr::Or(a, b) => {
+            visit_ref(a, f);
+            visit_ref(b, f);
+        }
+        Expr::Not(a) | Expr::Cast(_, a) | Expr::Call(_, a) => visit_ref(a, f),
+        Expr::Select(c, t, x) => {
+            visit_ref(c, f);
+            visit_ref(t, f);
+            visit_ref(x, f);
+        }
+        Expr::Load { indices, .. } => indices.iter().for_each(|i| visit_ref(i, f)),
+        Expr::BufLoad { index, .. } => visit_ref(index, f),
+        Expr::Reduce { source, .. } => visit_ref(source, f),
+    }
+}
+
+/// `sign(x) * log2(1 + |x|)`: Ansor's transform of every feature.
+fn slog(x: f64) -> f32 {
+    let y = (1.0 + x.abs()).log2();
+    (if x < 0.0 { -y } else { y }) as f32
+}

@@ -1,0 +1,117 @@
+//! Ranking quality of predicted scores against measured throughputs.
+//!
+//! All three compare two slices of equal length, `pred[i]` and `truth[i]` for program `i`:
+//! - [`pairwise_accuracy`]: over the pairs with different true throughput, the fraction the
+//!   scores order the same way (a tie in the scores counts one half). 0.5 is chance.
+//! - [`spearman`]: Pearson correlation of the ranks (ties get their average rank).
+//! - [`top_k_recall`]: of the `k` truly fastest programs, the fraction among the `k` best
+//!   scored (ties broken by position, so a constant predictor gets no free hits).
+
+/// Pairwise ranking accuracy; `None` when no pair has different true values.
+pub fn pairwise_accuracy(pred: &[f64], truth: &[f64]) -> Option<f64> {
+    let n = pred.len().min(truth.len());
+    let mut pairs = 0u64;
+    let mut correct = 0.0f64;
+    for i in 0..n {
+        for j in i + 1..n {
+            if truth[i] == truth[j] {
+                continue;
+            }
+            pairs += 1;
+            let t = truth[i] > truth[j];
+            if pred[i] == pred[j] {
+                correct += 0.5;
+            } else if (pred[i] > pred[j]) == t {
+                correct += 1.0;
+            }
+        }
+    }
+    (pairs > 0).then(|| correct / pairs as f64)
+}
+
+/// Ranks from 1, ties averaged.
+fn ranks(x: &[f64]) -> Vec<f64> {
+    let mut idx: Vec<usize> = (0..x.len()).collect();
+    idx.sort_by(|&a, &b| x[a].total_cmp(&x[b]));
+    let mut r = vec![0.0; x.len()];
+    let mut i = 0;
+    while i < idx.len() {
+        let mut j = i;
+        while j + 1 < idx.len() && x[idx[j + 1]] == x[idx[i]] {
+            j += 1;
+        }
+        let avg = (i + j) as f64 / 2.0 + 1.0;
+        for &k in &idx[i..=j] {
+            r[k] = avg;
+        }
+        i = j + 1;
+    }
+    r
+}
+
+/// Spearman's rank correlation; `None` for fewer than two programs or constant truth (0.0
+/// for constant scores: they carry no ranking).
+pub fn spearman(pred: &[f64], truth: &[f64]) -> Option<f64> {
+    let n = pred.len().min(truth.len());
+    if n < 2 {
+        return None;
+    }
+    let (rp, rt) = (ranks(&pred[..n]), ranks(&truth[..n]));
+    let mean = (n as f64 + 1.0) / 2.0;
+    let (mut cov, mut vp, mut vt) = (0.0, 0.0, 0.0);
+    for i in 0..n {
+        let (a, b) = (rp[i] - mean, rt[i] - mean);
+        cov += a * b;
+        vp += a * a;
+        vt += b * b;
+    }
+    if vt == 0.0 {
+        return None;
+    }
+    if vp == 0.0 {
+        return Some(0.0);
+    }
+    Some(cov / (vp * vt).sqrt())
+}
+
+/// Indices of the `k` largest values, ties broken by position.
+fn top_k(x: &[f64], k: usize) -> Vec<usize> {
+    let mut idx: Vec<usize> = (0..x.len()).collect();
+    idx.sort_by(|&a, &b| x[b].total_cmp(&x[a]).then(a.cmp(&b)));
+    idx.truncate(k);
+    idx
+}
+
+/// Top-`k` recall (with `k` capped at the number of programs); `None` for no programs.
+pub fn top_k_recall(pred: &[f64], truth: &[f64], k: usize) -> Option<f64> {
+    let n = pred.len().min(truth.len());
+    let k = k.min(n);
+    if k == 0 {
+        return None;
+    }
+    let t = top_k(&truth[..n], k);
+    let p = top_k(&pred[..n], k);
+    let hits = p.iter().filter(|i| t.contains(i)).count();
+    Some(hits as f64 / k as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn perfect_reversed_and_tied() {
+        let t = [1.0, 2.0, 3.0, 4.0];
+        assert_eq!(pairwise_accuracy(&t, &t), Some(1.0));
+        assert_eq!(pairwise_accuracy(&[4.0, 3.0, 2.0, 1.0], &t), Some(0.0));
+        assert_eq!(pairwise_accuracy(&[0.0; 4], &t), Some(0.5));
+        assert_eq!(pairwise_accuracy(&t, &[1.0; 4]), None);
+        assert!((spearman(&t, &t).unwrap() - 1.0).abs() < 1e-12);
+        assert!((spearman(&[4.0, 3.0, 2.0, 1.0], &t).unwrap() + 1.0).abs() < 1e-12);
+        assert_eq!(spearman(&[0.0; 4], &t), Some(0.0));
+        assert_eq!(top_k_recall(&t, &t, 2), Some(1.0));
+        assert_eq!(top_k_recall(&[4.0, 3.0, 2.0, 1.0], &t, 2), Some(0.0));
+        assert_eq!(top_k_recall(&t, &t, 10), Some(1.0));
+        assert_eq!(top_k_recall(&[], &[], 5), None);
+    }
+}

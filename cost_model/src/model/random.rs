@@ -1,0 +1,41 @@
+//! The random model: uniform scores from a seeded generator.
+//!
+//! It is the baseline every learned model must beat (its expected pairwise accuracy is 0.5),
+//! and what the search ranks with before it has measured enough programs to train on.
+
+use std::cell::RefCell;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use super::{validate, CostModel, Sample};
+use crate::error::ModelError;
+use crate::features::ProgramFeatures;
+
+/// Scores every program uniformly in `[0, 1)`, ignoring its features. One seed gives one
+/// sequence of scores across calls.
+#[derive(Debug)]
+pub struct RandomModel {
+    rng: RefCell<ChaCha8Rng>,
+}
+
+impl RandomModel {
+    /// A model whose scores are fixed by `seed`.
+    pub fn new(seed: u64) -> RandomModel {
+        RandomModel {
+            rng: RefCell::new(ChaCha8Rng::seed_from_u64(seed)),
+        }
+    }
+}
+
+impl CostModel for RandomModel {
+    /// Validates the samples and otherwise ignores them.
+    fn update(&mut self, samples: &[Sample]) -> Result<(), ModelError> {
+        validate(samples)
+    }
+
+    fn predict(&self, programs: &[ProgramFeatures]) -> Result<Vec<f64>, ModelError> {
+        let mut rng = self.rng.borrow_mut();
+        Ok(programs.iter().map(|_| rng.gen::<f64>()).collect())
+    }
+}

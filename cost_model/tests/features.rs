@@ -1,0 +1,217 @@
+//! Feature extraction: deterministic, finite, and sensitive to the schedule in the expected
+//! direction.
+
+use tensortune_cost_model::{ProgramFeatures, FEATURE_NAMES, N_FEATURES};
+use tensortune_schedules::{
+    lower::lower, ops::WorkloadSpec, random::random_state, schedule::State, trace::Trace,
+};
+
+fn slog(x: f64) -> f32 {
+    (1.0 + x).log2() as f32
+}
+
+fn features(state: &State) -> ProgramFeatures {
+    ProgramFeatures::extract(&lower(state).expect("lowers"))
+}
+
+/// The row of the reduction update (the last store of a plain matmul).
+fn update_row(f: &ProgramFeatures) -> usize {
+    f.num_rows() - 1
+}
+
+/// The value of a per-buffer feature for each of the five buffer slots.
+fn per_buffer(f: &ProgramFeatures, row: usize, field: &str) -> Vec<f32> {
+    (0..5)
+        .map(|b| {
+            f.get(row, &format!("buf{b}.{field}"))
+                .expect("feature exists")
+        })
+        .collect()
+}
+
+#[test]
+fn names_are_unique_and_complete() {
+    assert_eq!(FEATURE_NAMES.len(), N_FEATURES);
+    let mut sorted: Vec<&str> = FEATURE_NAMES.to_vec();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(sorted.len(), N_FEATURES);
+}
+
+#[test]
+fn deterministic_finite_and_one_row_per_store() {
+    for spec in [
+        "matmul:M=64,N=48,K=32",
+        "conv2d:N=1,C=8,H=14,W=14,K=16,R=3,S=3,stride=1,pad=1",
+        "softmax:M=16,N=64",
+        "dense_bias_relu:M=16,N=32,K=24",
+    ] {
+        let dag = WorkloadSpec::parse(spec).unwrap().build().unwrap();
+        for seed in 0..20 {
+            let state = random_state(&dag, seed, 16, false);
+            let func = lower(&state).unwrap();
+            let a = ProgramFeatures::extract(&func);
+            let b = ProgramFeatures::extract(&func);
+            assert_eq!(a, b, "{spec} seed {seed}");
+            // Replaying the trace gives the same program, hence the same features.
+            let again = Trace::from_json(&state.trace().to_json())
+                .unwrap()
+                .replay(&dag)
+                .unwrap();
+            assert_eq!(features(&again), a, "{spec} seed {seed} replayed");
+            let mut stores = 0;
+            func.body.visit(&mut |s| {
+                if matches!(s, tensortune_schedules::ir::Stmt::Store { .. }) {
+                    stores += 1;
+                }
+            });
+            assert_eq!(a.num_rows(), stores, "{spec} seed {seed}");
+            assert!(a.as_flat().iter().all(|v| v.is_finite()));
+        }
+    }
+}
+
+#[test]
+fn plain_matmul_counts() {
+    let dag = WorkloadSpec::parse("matmul:M=64,N=32,K=16")
+        .unwrap()
+        .build()
+        .unwrap();
+    let f = features(&State::new(&dag));
+    assert_eq!(f.num_rows(), 2);
+    let r = update_row(&f);
+    let execs = 64.0 * 32.0 * 16.0;
+    assert_eq!(f.get(r, "outer_prod"), Some(slog(execs)));
+    assert_eq!(f.get(r, "num_loops"), Some(slog(3.0)));
+    // C[i, j] += A[i, k] * B[k, j]: one multiply-add per iteration.
+    assert_eq!(f.get(r, "float_mad"), Some(slog(execs)));
+    assert_eq!(f.get(r, "float_mul"), Some(0.0));
+    assert_eq!(f.get(r, "vec_num"), Some(0.0));
+    assert_eq!(f.get(r, "vec_pos_none"), Some(1.0));
+    assert_eq!(f.get(r, "writes_output"), Some(1.0));
+    // Loop order i j k: A moves by 1 with k, B by N = 32, C not at all (a reduction).
+    let mut strides = per_buffer(&f, r, "inner_stride");
+    strides.sort_by(f32::total_cmp);
+    assert_eq!(&strides[2..], &[0.0, slog(1.0), slog(32.0)]);
+    // C is read and written, A and B read.
+    assert_eq!(per_buffer(&f, r, "acc_readwrite").iter().sum::<f32>(), 1.0);
+    assert_eq!(per_buffer(&f, r, "acc_read").iter().sum::<f32>(), 2.0);
+    // Every buffer's footprint is its whole size.
+    let mut unique = per_buffer(&f, r, "unique_bytes");
+    unique.sort_by(f32::total_cmp);
+    assert_eq!(
+        &unique[2..],
+        &[
+            slog(16.0 * 32.0 * 4.0),
+            slog(64.0 * 16.0 * 4.0),
+            slog(64.0 * 32.0 * 4.0)
+        ]
+    );
+}
+
+/// Tiles matmul as `i.0 j.0 k i.1 j.1` with `t x t` tiles, optionally vectorizing `j.1`.
+fn tiled(t: i64, vectorize: bool) -> ProgramFeatures {
+    let dag = WorkloadSpec::parse("matmul:M=64,N=64,K=64")
+        .unwrap()
+        .build()
+        .unwrap();
+    let mut s = State::new(&dag);
+    s.tile(2, 0, 1, t, t).unwrap(); // i.0 j.0 i.1 j.1 k
+    s.reorder(2, &[0, 1, 4, 2, 3]).unwrap(); // i.0 j.0 k i.1 j.1
+    if vectorize {
+        s.vectorize(2, 4).unwrap();
+    }
+    features(&s)
+}
+
+#[test]
+fn vectorization_features_differ() {
+    let plain = tiled(8, false);
+    let vec = tiled(8, true);
+    let (rp, rv) = (update_row(&plain), update_row(&vec));
+    assert_eq!(plain.get(rp, "vec_num"), Some(0.0));
+    assert_eq!(plain.get(rp, "vec_pos_none"), Some(1.0));
+    assert_eq!(vec.get(rv, "vec_num"), Some(1.0));
+    assert_eq!(vec.get(rv, "vec_len"), Some(slog(8.0)));
+    assert_eq!(vec.get(rv, "vec_prod"), Some(slog(8.0)));
+    // j.1 is innermost and the written index moves with it: an inner spatial loop.
+    assert_eq!(vec.get(rv, "vec_pos_inner_spatial"), Some(1.0));
+    assert_eq!(vec.get(rv, "vec_pos_none"), Some(0.0));
+    // Nothing else about the program changed.
+    let differs: Vec<&str> = FEATURE_NAMES
+        .iter()
+        .enumerate()
+        .filter(|(c, _)| plain.row(rp).unwrap()[*c] != vec.row(rv).unwrap()[*c])
+        .map(|(_, n)| *n)
+        .collect();
+    assert!(differs.iter().all(|n| n.starts_with("vec_")), "{differs:?}");
+}
+
+#[test]
+fn larger_tiles_reuse_more_and_raise_intensity() {
+    let small = tiled(4, false);
+    let large = tiled(16, false);
+    let (rs, rl) = (update_row(&small), update_row(&large));
+    // A is reused across j.1 and B across i.1: t times each; C across k (64) in both.
+    let sum = |f: &ProgramFeatures, r| per_buffer(f, r, "reuse_ct").iter().sum::<f32>();
+    assert_eq!(sum(&small, rs), slog(64.0) + 2.0 * slog(4.0));
+    assert_eq!(sum(&large, rl), slog(64.0) + 2.0 * slog(16.0));
+    // Same work and same whole-nest traffic...
+    assert_eq!(small.get(rs, "float_mad"), large.get(rl, "float_mad"));
+    assert_eq!(
+        per_buffer(&small, rs, "unique_bytes"),
+        per_buffer(&large, rl, "unique_bytes")
+    );
+    // ...but more arithmetic per byte inside a tile.
+    let curve = |f: &ProgramFeatures, r| -> Vec<f32> {
+        (0..10)
+            .map(|i| f.get(r, &format!("arith_intensity_{i}")).unwrap())
+            .collect()
+    };
+    let (cs, cl) = (curve(&small, rs), curve(&large, rl));
+    assert!(cs.iter().zip(&cl).all(|(a, b)| a <= b), "{cs:?} vs {cl:?}");
+    assert!(cs.iter().zip(&cl).any(|(a, b)| a < b), "{cs:?} vs {cl:?}");
+}
+
+#[test]
+fn loop_order_moves_the_inner_stride() {
+    // i k j: the innermost loop j moves B and C by 1 and leaves A fixed.
+    let dag = WorkloadSpec::parse("matmul:M=64,N=32,K=16")
+        .unwrap()
+        .build()
+        .unwrap();
+    let mut s = State::new(&dag);
+    s.reorder(2, &[0, 2, 1]).unwrap();
+    let f = features(&s);
+    let r = update_row(&f);
+    let mut strides = per_buffer(&f, r, "inner_stride");
+    strides.sort_by(f32::total_cmp);
+    assert_eq!(&strides[2..], &[0.0, slog(1.0), slog(1.0)]);
+}
+
+#[test]
+fn parallel_and_cache_write_show_up() {
+    let dag = WorkloadSpec::parse("matmul:M=64,N=64,K=64")
+        .unwrap()
+        .build()
+        .unwrap();
+    let mut s = State::new(&dag);
+    let local = s
+        .cache_write(2, tensortune_schedules::ir::Scope::Local)
+        .unwrap(); // 2 C.local, 3 C
+    s.split(3, 0, &[8]).unwrap();
+    s.parallel(3, 0).unwrap();
+    s.compute_at(local, 3, 1).unwrap();
+    let f = features(&s);
+    // Rows: C.local init, C.local update, copy into C.
+    assert_eq!(f.num_rows(), 3);
+    let update = 1;
+    assert_eq!(f.get(update, "parallel_num"), Some(1.0));
+    assert_eq!(f.get(update, "parallel_len"), Some(slog(8.0)));
+    assert_eq!(f.get(update, "parallel_pos_outer_spatial"), Some(1.0));
+    assert_eq!(f.get(update, "alloc_is_local"), Some(1.0));
+    assert!(f.get(update, "alloc_bytes").unwrap() > 0.0);
+    assert_eq!(f.get(update, "writes_output"), Some(0.0));
+    assert_eq!(f.get(2, "writes_output"), Some(1.0));
+    assert_eq!(per_buffer(&f, update, "is_temp").iter().sum::<f32>(), 1.0);
+}
