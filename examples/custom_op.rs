@@ -20,13 +20,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let c = g.compute("C", &[m, n], &["i", "j"], |ax| {
         sum(
             a.at([ax[0].clone(), rk.expr()]) * b.at([rk.expr(), ax[1].clone()]),
-            &[rk.clone()],
+            [&rk],
         )
     });
     let rj = g.reduce_axis(n, "j");
     let sq = g.compute("sumsq", &[m], &["i"], |ax| {
         let x = c.at([ax[0].clone(), rj.expr()]);
-        sum(x.clone() * x, &[rj.clone()])
+        sum(x.clone() * x, [&rj])
     });
     let y = g.compute("norm", &[m], &["i"], |ax| sqrt(sq.at([ax[0].clone()])));
     let dag = ComputeDag::new(&g, &[y])?;

@@ -82,7 +82,7 @@ impl NdData {
         let data = match dtype {
             DType::F32 => Data::F32((0..n).map(|_| rng.unit() as f32).collect()),
             DType::F64 => Data::F64((0..n).map(|_| rng.unit()).collect()),
-            DType::I32 => Data::I32((0..n).map(|_| (rng.next() % 16) as i32 - 8).collect()),
+            DType::I32 => Data::I32((0..n).map(|_| (rng.next_u64() % 16) as i32 - 8).collect()),
             DType::Bool | DType::I64 => return None,
         };
         Some(NdData {
@@ -100,9 +100,7 @@ impl NdData {
         let mut worst = 0.0f64;
         for i in 0..self.data.len() {
             let (a, b) = (self.data.get_f64(i), other.data.get_f64(i));
-            let d = if a.is_nan() && b.is_nan() {
-                0.0
-            } else if a == b {
+            let d = if (a.is_nan() && b.is_nan()) || a == b {
                 0.0
             } else if a.is_nan() || b.is_nan() || a.is_infinite() || b.is_infinite() {
                 f64::INFINITY
@@ -120,7 +118,7 @@ pub struct SplitMix64(pub u64);
 
 impl SplitMix64 {
     /// Next 64 random bits.
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -129,6 +127,6 @@ impl SplitMix64 {
     }
     /// Uniform in [-1, 1).
     pub fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
     }
 }

@@ -716,23 +716,33 @@ pub fn abs(x: impl Into<Expr>) -> Expr {
     Expr::Call(Intrinsic::Abs, Box::new(x.into()))
 }
 
-fn reduce(combiner: Combiner, source: Expr, axes: &[IterVar]) -> Expr {
+fn reduce<'a>(
+    combiner: Combiner,
+    source: Expr,
+    axes: impl IntoIterator<Item = &'a IterVar>,
+) -> Expr {
     Expr::Reduce {
         combiner,
         source: Box::new(source),
-        axes: axes.to_vec(),
+        axes: axes.into_iter().cloned().collect(),
     }
 }
-/// Sum of `source` over `axes`, starting from 0.
-pub fn sum(source: impl Into<Expr>, axes: &[IterVar]) -> Expr {
+/// Sum of `source` over `axes` (`[&k]`, or a slice of axes), starting from 0.
+pub fn sum<'a>(source: impl Into<Expr>, axes: impl IntoIterator<Item = &'a IterVar>) -> Expr {
     reduce(Combiner::Sum, source.into(), axes)
 }
 /// Maximum of `source` over `axes`, starting from -inf.
-pub fn max_reduce(source: impl Into<Expr>, axes: &[IterVar]) -> Expr {
+pub fn max_reduce<'a>(
+    source: impl Into<Expr>,
+    axes: impl IntoIterator<Item = &'a IterVar>,
+) -> Expr {
     reduce(Combiner::Max, source.into(), axes)
 }
 /// Minimum of `source` over `axes`, starting from +inf.
-pub fn min_reduce(source: impl Into<Expr>, axes: &[IterVar]) -> Expr {
+pub fn min_reduce<'a>(
+    source: impl Into<Expr>,
+    axes: impl IntoIterator<Item = &'a IterVar>,
+) -> Expr {
     reduce(Combiner::Min, source.into(), axes)
 }
 

@@ -445,7 +445,7 @@ impl WorkloadSpec {
                 g.compute("C", &[m, n], &["i", "j"], |ax| {
                     sum(
                         a.at([ax[0].clone(), rk.expr()]) * b.at([rk.expr(), ax[1].clone()]),
-                        &[rk.clone()],
+                        [&rk],
                     )
                 })
             }
@@ -458,7 +458,7 @@ impl WorkloadSpec {
                     sum(
                         a.at([ax[0].clone(), ax[1].clone(), rk.expr()])
                             * b.at([ax[0].clone(), rk.expr(), ax[2].clone()]),
-                        &[rk.clone()],
+                        [&rk],
                     )
                 })
             }
@@ -471,7 +471,7 @@ impl WorkloadSpec {
                 let d = g.compute("dense", &[m, n], &["i", "j"], |ax| {
                     sum(
                         x.at([ax[0].clone(), rk.expr()]) * w.at([ax[1].clone(), rk.expr()]),
-                        &[rk.clone()],
+                        [&rk],
                     )
                 });
                 let t = g.compute("bias_add", &[m, n], &["i", "j"], |ax| {
@@ -490,14 +490,14 @@ impl WorkloadSpec {
                 let x = g.placeholder("X", &[m, n], dt);
                 let r1 = g.reduce_axis(n, "k");
                 let mx = g.compute("row_max", &[m], &["i"], |ax| {
-                    expr::max_reduce(x.at([ax[0].clone(), r1.expr()]), &[r1.clone()])
+                    expr::max_reduce(x.at([ax[0].clone(), r1.expr()]), [&r1])
                 });
                 let e = g.compute("exp", &[m, n], &["i", "j"], |ax| {
                     expr::exp(x.at([ax[0].clone(), ax[1].clone()]) - mx.at([ax[0].clone()]))
                 });
                 let r2 = g.reduce_axis(n, "k");
                 let s = g.compute("row_sum", &[m], &["i"], |ax| {
-                    sum(e.at([ax[0].clone(), r2.expr()]), &[r2.clone()])
+                    sum(e.at([ax[0].clone(), r2.expr()]), [&r2])
                 });
                 g.compute("Y", &[m, n], &["i", "j"], |ax| {
                     e.at([ax[0].clone(), ax[1].clone()]) / s.at([ax[0].clone()])
@@ -508,7 +508,7 @@ impl WorkloadSpec {
                 let x = g.placeholder("X", &[m, n], dt);
                 let rk = g.reduce_axis(n, "k");
                 g.compute("Y", &[m], &["i"], |ax| {
-                    sum(x.at([ax[0].clone(), rk.expr()]), &[rk.clone()])
+                    sum(x.at([ax[0].clone(), rk.expr()]), [&rk])
                 })
             }
             other => {
@@ -570,7 +570,7 @@ impl WorkloadSpec {
                         &ax[2] * st + ry.expr(),
                         &ax[3] * st + rx.expr(),
                     ]) * weight.at([ax[1].clone(), ry.expr(), rx.expr()]),
-                    &[ry.clone(), rx.clone()],
+                    [&ry, &rx],
                 )
             })
         } else {
@@ -587,7 +587,7 @@ impl WorkloadSpec {
                             &ax[2] * st + ry.expr(),
                             &ax[3] * st + rx.expr(),
                         ]) * weight.at([ax[1].clone(), rc.expr(), ry.expr(), rx.expr()]),
-                        &[rc.clone(), ry.clone(), rx.clone()],
+                        [&rc, &ry, &rx],
                     )
                 },
             )

@@ -26,12 +26,12 @@ impl Rng {
         if n == 0 {
             0
         } else {
-            self.0.next() % n
+            self.0.next_u64() % n
         }
     }
     /// True with probability `p`.
     pub fn chance(&mut self, p: f64) -> bool {
-        (self.0.next() >> 11) as f64 / (1u64 << 53) as f64 * 1.0 < p
+        ((self.0.next_u64() >> 11) as f64 / (1u64 << 53) as f64) < p
     }
     /// One element of a non-empty slice.
     pub fn pick<T: Copy>(&mut self, xs: &[T]) -> Option<T> {

@@ -13,7 +13,7 @@
 //! let b = g.placeholder("B", &[8, 3], DType::F32);
 //! let k = g.reduce_axis(8, "k");
 //! let c = g.compute("C", &[4, 3], &["i", "j"], |ax| {
-//!     sum(a.at([ax[0].clone(), k.expr()]) * b.at([k.expr(), ax[1].clone()]), &[k.clone()])
+//!     sum(a.at([ax[0].clone(), k.expr()]) * b.at([k.expr(), ax[1].clone()]), [&k])
 //! });
 //! let dag = ComputeDag::new(&g, &[c]).unwrap();
 //! assert_eq!(dag.num_ops(), 3);

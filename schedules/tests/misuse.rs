@@ -166,17 +166,14 @@ fn dag_validation() {
     // A reduction nested in a reduction, and one nested in arithmetic.
     let k2 = g.reduce_axis(4, "k2");
     let bad = g.compute("bad3", &[4], &["i"], |ax| {
-        sum(
-            sum(a.at([ax[0].clone(), k.expr()]), &[k.clone()]),
-            &[k2.clone()],
-        )
+        sum(sum(a.at([ax[0].clone(), k.expr()]), [&k]), [&k2])
     });
     assert!(matches!(
         ComputeDag::new(&g, &[bad]),
         Err(DagError::BadReduction { .. })
     ));
     let bad = g.compute("bad4", &[4], &["i"], |ax| {
-        sum(a.at([ax[0].clone(), k.expr()]), &[k.clone()]) * 2.0f32
+        sum(a.at([ax[0].clone(), k.expr()]), [&k]) * 2.0f32
     });
     assert!(matches!(
         ComputeDag::new(&g, &[bad]),
@@ -217,7 +214,7 @@ fn dag_validation() {
     // Softmax is four computed stages.
     let d = dag("softmax:M=2,N=3");
     assert_eq!(d.num_ops(), 5);
-    assert!(d.info(tensortune_schedules::TensorId(2)).elementwise == false);
+    assert!(!d.info(tensortune_schedules::TensorId(2)).elementwise);
     assert!(d.info(tensortune_schedules::TensorId(2)).injective);
     let _ = Expr::int(0);
 }

@@ -409,7 +409,7 @@ fn sample_points(n: i64, count: usize, seed: u64) -> Vec<i64> {
     let mut rng = tensortune_schedules::data::SplitMix64(seed ^ 0x5eed);
     let mut pts = vec![0, n - 1];
     while pts.len() < count.max(2) && (pts.len() as i64) < n {
-        pts.push((rng.next() % n as u64) as i64);
+        pts.push((rng.next_u64() % n as u64) as i64);
     }
     pts
 }

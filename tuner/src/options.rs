@@ -38,7 +38,8 @@ pub struct TuneOptions {
     pub max_vector_lanes: i64,
     /// Values the `auto_unroll_max_step` pragma takes (Ansor's CPU set).
     pub unroll_steps: Vec<u32>,
-    /// Records measured before the learned model replaces the random one (Ansor: ~100).
+    /// Records measured before the learned model replaces the random one (Ansor waits for
+    /// ~100; one batch is enough to rank away the worst tilings, which cost the most time).
     pub model_warmup: usize,
     /// Probability of a non-perfect tile size (with a guarded tail) when sampling.
     pub imperfect_tile_prob: f64,
@@ -95,7 +96,7 @@ impl Default for TuneOptions {
             eps_greedy: 0.05,
             max_vector_lanes: 16,
             unroll_steps: vec![0, 16, 64, 512],
-            model_warmup: 100,
+            model_warmup: 64,
             imperfect_tile_prob: 0.1,
             hopeless_factor: 4.0,
             quiet: false,

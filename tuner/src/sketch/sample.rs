@@ -45,7 +45,15 @@ pub fn sample_tile(
         let f = if rng.gen_bool(imperfect_prob.clamp(0.0, 1.0)) {
             rng.gen_range(1..=rest.min(cap).max(1))
         } else {
-            let divs: Vec<i64> = divisors(rest).into_iter().filter(|&d| d <= cap).collect();
+            let mut divs: Vec<i64> = divisors(rest).into_iter().filter(|&d| d <= cap).collect();
+            // A vector-lane level of 1 or 2 wastes most of a SIMD register: keep such
+            // levels to one draw in ten where wider ones exist.
+            if max_inner.is_some() && level + 1 == parts - 1 && rng.gen_bool(0.9) {
+                let wide: Vec<i64> = divs.iter().copied().filter(|&d| d >= 4).collect();
+                if !wide.is_empty() {
+                    divs = wide;
+                }
+            }
             divs[rng.gen_range(0..divs.len())]
         };
         factors[level] = f;
