@@ -176,6 +176,38 @@ fn check_no_input_stores(func: &LoweredFunc) -> Result<(), CodegenError> {
     }
 }
 
+/// The parameters of `func` in ABI order (inputs, then outputs), refusing what the ABI cannot
+/// pass: an undeclared buffer, an input after an output, or an unsupported dtype.
+pub(crate) fn param_specs(func: &LoweredFunc) -> Result<Vec<ParamSpec>, CodegenError> {
+    let mut params = Vec::with_capacity(func.params.len());
+    let mut seen_output = false;
+    for p in &func.params {
+        let d = func.buffers.get(p.0 as usize).ok_or_else(|| {
+            CodegenError::InvalidIr(format!("parameter buffer {} undeclared", p.0))
+        })?;
+        let output = matches!(d.kind, BufKind::Output(_));
+        if seen_output && !output {
+            return Err(CodegenError::InvalidIr(
+                "an input parameter after an output".into(),
+            ));
+        }
+        seen_output |= output;
+        if !matches!(d.dtype, DType::F32 | DType::F64 | DType::I32 | DType::I64) {
+            return Err(CodegenError::Unsupported(format!(
+                "parameter `{}` of dtype {}",
+                d.name, d.dtype
+            )));
+        }
+        params.push(ParamSpec {
+            name: d.name.clone(),
+            dtype: d.dtype,
+            shape: d.shape.clone(),
+            output,
+        });
+    }
+    Ok(params)
+}
+
 /// Why a schedule state could not be built into a kernel.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum BuildError {
@@ -194,6 +226,42 @@ impl Kernel {
         Ok(Kernel::compile_with(&func, opts)?)
     }
 
+    /// Compiles the best record of `workload` for `target` in `db`, without tuning.
+    ///
+    /// A record whose trace no longer replays on the workload (written by an older version,
+    /// say) is skipped for the next best; where no record is usable the default schedule is
+    /// compiled. Each of those prints a warning on stderr; [`Kernel::from_records_with`]
+    /// returns the warnings instead and can make a missing record an error.
+    pub fn from_records(
+        db: &tensortune_records::Database,
+        workload: &tensortune_schedules::ops::WorkloadSpec,
+        target: &crate::Target,
+    ) -> Result<Kernel, crate::build::ReuseError> {
+        let (kernel, choice) = Kernel::from_records_with(
+            db,
+            workload,
+            target,
+            &crate::build::ReuseOptions::default(),
+        )?;
+        for w in &choice.warnings {
+            eprintln!("warning: {w}");
+        }
+        Ok(kernel)
+    }
+
+    /// [`Kernel::from_records`] with options: what a missing record does, and the codegen
+    /// options. Returns the kernel and which schedule it was compiled from, with the warnings.
+    pub fn from_records_with(
+        db: &tensortune_records::Database,
+        workload: &tensortune_schedules::ops::WorkloadSpec,
+        target: &crate::Target,
+        opts: &crate::build::ReuseOptions,
+    ) -> Result<(Kernel, crate::build::Choice), crate::build::ReuseError> {
+        let choice = crate::build::choose(db, workload, &target.key(), opts.missing)?;
+        let kernel = Kernel::compile_with(&choice.func, &opts.codegen)?;
+        Ok((kernel, choice))
+    }
+
     /// Compiles `func` with the default options.
     pub fn compile(func: &LoweredFunc) -> Result<Kernel, CodegenError> {
         Kernel::compile_with(func, &CodegenOptions::default())
@@ -202,32 +270,7 @@ impl Kernel {
     /// Compiles `func`.
     pub fn compile_with(func: &LoweredFunc, opts: &CodegenOptions) -> Result<Kernel, CodegenError> {
         check_no_input_stores(func)?;
-        let mut params = Vec::with_capacity(func.params.len());
-        let mut seen_output = false;
-        for p in &func.params {
-            let d = func.buffers.get(p.0 as usize).ok_or_else(|| {
-                CodegenError::InvalidIr(format!("parameter buffer {} undeclared", p.0))
-            })?;
-            let output = matches!(d.kind, BufKind::Output(_));
-            if seen_output && !output {
-                return Err(CodegenError::InvalidIr(
-                    "an input parameter after an output".into(),
-                ));
-            }
-            seen_output |= output;
-            if !matches!(d.dtype, DType::F32 | DType::F64 | DType::I32 | DType::I64) {
-                return Err(CodegenError::Unsupported(format!(
-                    "parameter `{}` of dtype {}",
-                    d.name, d.dtype
-                )));
-            }
-            params.push(ParamSpec {
-                name: d.name.clone(),
-                dtype: d.dtype,
-                shape: d.shape.clone(),
-                output,
-            });
-        }
+        let params = param_specs(func)?;
         let context = Box::new(Context::create());
         // SAFETY: the context is heap-allocated, never moved out of its box, and dropped
         // only after the engine (see `Drop`), so this reference outlives every use.

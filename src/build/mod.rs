@@ -1,0 +1,433 @@
+//! Compile-time reuse of tuning records: from a records database to machine code, with no
+//! tuning and no JIT when the program runs.
+//!
+//! Two ways in:
+//!
+//! - [`crate::Kernel::from_records`] compiles the best record of one workload in process (a
+//!   JIT kernel), for programs that link tensortune anyway.
+//! - [`Build`], for a user's `build.rs`: for each workload spec it takes the best record for
+//!   the stated target, emits it as an object file through LLVM, packs the objects into one
+//!   static library, and writes a Rust module of safe wrappers to `OUT_DIR`. The program
+//!   includes that module and links the library; it contains no LLVM and no tensortune.
+//!
+//! ```no_run
+//! // build.rs
+//! fn main() {
+//!     let built = tensortune::build::Build::new("records.db")
+//!         .workload("matmul:M=1024,N=1024,K=1024")
+//!         .threads(4)
+//!         .compile();
+//!     if let Err(e) = built {
+//!         eprintln!("error: {e}");
+//!         std::process::exit(1);
+//!     }
+//! }
+//! // main.rs:
+//! //   include!(concat!(env!("OUT_DIR"), "/tuned.rs"));
+//! //   tuned::matmul_k1024_m1024_n1024(&a, &b, &mut c)?;
+//! ```
+//!
+//! **Targets are stated, not guessed.** Records are looked up under one target key: by
+//! default the host CPU's with one thread ([`crate::Target::host`]), or the host's with
+//! [`Build::threads`], or a key given in full with [`Build::target`]. Code is generated for
+//! the CPU the build runs on, so a key naming another CPU is refused; a database without
+//! records for the key fails the build with the list of targets it has, unless
+//! [`Build::fallback`] asks for default schedules (with a cargo warning). Which program each
+//! workload gets is decided by [`choose`]: the fastest record whose trace still replays.
+//!
+//! Parallel kernels call back into a runtime table (see [`crate::runtime::abi`]); the
+//! generated module provides it: a small thread pool of the target's thread count
+//! (`tuned::set_threads` changes it before the first call) and aligned allocation.
+
+mod archive;
+mod choose;
+mod error;
+pub mod header;
+pub mod rust_module;
+
+#[cfg(test)]
+mod rt_tests;
+
+pub use archive::{write as write_archive, Member};
+pub use choose::{choose, Choice, Missing, ReuseOptions, ReuseWarning, Source};
+pub use error::ReuseError;
+
+use crate::codegen::llvm::emit_object;
+use crate::codegen::{CodegenOptions, HostTarget};
+use crate::kernel::param_specs;
+use rust_module::{KernelDesc, ModuleDesc};
+use std::path::{Path, PathBuf};
+use tensortune_records::Database;
+use tensortune_schedules::ops::WorkloadSpec;
+
+/// The C symbol of a workload's kernel: `tt_` and the workload's identifier.
+pub fn symbol_name(spec: &WorkloadSpec) -> String {
+    format!("tt_{}", spec.ident())
+}
+
+/// The thread count a target key states (`-threads=N`; 1 where it says nothing).
+pub fn key_threads(key: &str) -> usize {
+    key.split_whitespace()
+        .find_map(|p| p.strip_prefix("-threads="))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
+}
+
+/// The key without its thread count: what names the CPU.
+fn cpu_part(key: &str) -> String {
+    key.split_whitespace()
+        .filter(|p| !p.starts_with("-threads="))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Checks that code for `key` can be generated here, i.e. that it names this CPU.
+pub fn check_target(key: &str) -> Result<(), ReuseError> {
+    let host = HostTarget::host().key(1);
+    if !key.starts_with("llvm") {
+        return Err(ReuseError::Target {
+            target: key.into(),
+            reason: "only `llvm` (CPU) targets can be built ahead of time".into(),
+        });
+    }
+    if cpu_part(key) != cpu_part(&host) {
+        return Err(ReuseError::Target {
+            target: key.into(),
+            reason: format!(
+                "code is generated for the CPU the build runs on, `{}`; building for another \
+                 CPU is not supported",
+                cpu_part(&host)
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// The records of `db` for `key` must exist unless `missing` allows fallback; with fallback,
+/// their absence is a warning.
+fn check_db_has_target(
+    db: &Database,
+    key: &str,
+    missing: Missing,
+) -> Result<Option<ReuseWarning>, ReuseError> {
+    let targets = db.targets()?;
+    if targets.iter().any(|t| t == key) {
+        return Ok(None);
+    }
+    match missing {
+        Missing::Error => Err(ReuseError::NoTarget {
+            db: db.path().to_path_buf(),
+            target: key.into(),
+            available: targets,
+        }),
+        Missing::Fallback => Ok(Some(ReuseWarning::NoTarget {
+            target: key.into(),
+            available: targets,
+        })),
+    }
+}
+
+/// One compiled kernel, ready for an archive and a wrapper.
+#[derive(Clone, Debug)]
+pub struct Compiled {
+    /// The workload spec.
+    pub spec: WorkloadSpec,
+    /// The C symbol of its positional entry point (`NAME_packed` is the other).
+    pub symbol: String,
+    /// The ELF object.
+    pub object: Vec<u8>,
+    /// Its parameters, inputs first.
+    pub params: Vec<crate::ParamSpec>,
+    /// Where its program came from.
+    pub source: Source,
+    /// What was skipped or fallen back on.
+    pub warnings: Vec<ReuseWarning>,
+}
+
+/// Chooses the program of `spec` for `target_key` in `db` (or its default schedule where
+/// `db` is `None`) and emits it as an object file defining [`symbol_name`]`(spec)`.
+pub fn compile_object(
+    db: Option<&Database>,
+    spec: &WorkloadSpec,
+    target_key: &str,
+    missing: Missing,
+    codegen: &CodegenOptions,
+) -> Result<Compiled, ReuseError> {
+    let symbol = symbol_name(spec);
+    let choice = match db {
+        Some(db) => choose::choose_named(db, spec, target_key, missing, Some(&symbol))?,
+        None => choose::default_choice(spec, Some(&symbol))?,
+    };
+    let params = param_specs(&choice.func)?;
+    let object = emit_object(&choice.func, codegen)?;
+    Ok(Compiled {
+        spec: spec.clone(),
+        symbol,
+        object,
+        params,
+        source: choice.source,
+        warnings: choice.warnings,
+    })
+}
+
+/// What a build wrote.
+#[derive(Clone, Debug)]
+pub struct Built {
+    /// The static library.
+    pub lib: PathBuf,
+    /// The link name of the library (`-l static=NAME`).
+    pub lib_name: String,
+    /// The generated Rust module.
+    pub module: PathBuf,
+    /// The target key the records were looked up under.
+    pub target: String,
+    /// Per kernel: Rust function name, workload key, and where its program came from.
+    pub kernels: Vec<(String, String, Source)>,
+    /// Everything skipped or fallen back on.
+    pub warnings: Vec<ReuseWarning>,
+}
+
+/// A build of tuned kernels for a `build.rs` (see the module doc).
+#[derive(Clone, Debug)]
+pub struct Build {
+    db: PathBuf,
+    workloads: Vec<String>,
+    target: Option<String>,
+    threads: usize,
+    missing: Missing,
+    out_dir: Option<PathBuf>,
+    module: String,
+    ndarray: bool,
+    codegen: CodegenOptions,
+}
+
+impl Build {
+    /// A build from the records database at `db` (relative paths are taken from the current
+    /// directory, which for a build script is the package's root).
+    pub fn new(db: impl Into<PathBuf>) -> Build {
+        Build {
+            db: db.into(),
+            workloads: Vec::new(),
+            target: None,
+            threads: 1,
+            missing: Missing::Error,
+            out_dir: None,
+            module: "tuned".into(),
+            ndarray: false,
+            codegen: CodegenOptions::default(),
+        }
+    }
+
+    /// Adds a workload spec, e.g. `matmul:M=1024,N=1024,K=1024`.
+    pub fn workload(mut self, spec: impl Into<String>) -> Build {
+        self.workloads.push(spec.into());
+        self
+    }
+
+    /// Adds workload specs.
+    pub fn workloads<S: Into<String>>(mut self, specs: impl IntoIterator<Item = S>) -> Build {
+        self.workloads.extend(specs.into_iter().map(Into::into));
+        self
+    }
+
+    /// The target key records are looked up under, in full (it must name the build's CPU).
+    pub fn target(mut self, key: impl Into<String>) -> Build {
+        self.target = Some(key.into());
+        self
+    }
+
+    /// Looks up records of the host CPU with `threads` threads (default 1), unless
+    /// [`Build::target`] names a key.
+    pub fn threads(mut self, threads: usize) -> Build {
+        self.threads = threads.max(1);
+        self
+    }
+
+    /// True: a workload without a usable record gets its default schedule, with a warning
+    /// (also where the database has no record for the target at all). False (the default):
+    /// the build fails.
+    pub fn fallback(mut self, yes: bool) -> Build {
+        self.missing = if yes {
+            Missing::Fallback
+        } else {
+            Missing::Error
+        };
+        self
+    }
+
+    /// Where to write the library and module (default: `$OUT_DIR`).
+    pub fn out_dir(mut self, dir: impl Into<PathBuf>) -> Build {
+        self.out_dir = Some(dir.into());
+        self
+    }
+
+    /// The generated module's name (default `tuned`; the file is `NAME.rs`).
+    pub fn module(mut self, name: impl Into<String>) -> Build {
+        self.module = name.into();
+        self
+    }
+
+    /// Also generate `NAME_nd` wrappers over ndarray views (the program must depend on
+    /// `ndarray` 0.15 or 0.16).
+    pub fn ndarray(mut self, yes: bool) -> Build {
+        self.ndarray = yes;
+        self
+    }
+
+    /// Codegen options (default: what tuning measured with).
+    pub fn codegen(mut self, opts: CodegenOptions) -> Build {
+        self.codegen = opts;
+        self
+    }
+
+    /// The target key this build looks records up under.
+    pub fn target_key(&self) -> String {
+        self.target
+            .clone()
+            .unwrap_or_else(|| HostTarget::host().key(self.threads))
+    }
+
+    /// Writes the library and module, then prints what cargo needs: `rerun-if-changed` for
+    /// the database, the link directives, and a `cargo:warning` per warning.
+    pub fn compile(&self) -> Result<Built, ReuseError> {
+        // Cargo sets TARGET and HOST for build scripts; the code is for the host CPU.
+        if let (Ok(t), Ok(h)) = (std::env::var("TARGET"), std::env::var("HOST")) {
+            if t != h {
+                return Err(ReuseError::Target {
+                    target: t,
+                    reason: format!("cross-compiling from `{h}` is not supported"),
+                });
+            }
+        }
+        println!("cargo:rerun-if-changed={}", self.db.display());
+        let wal = PathBuf::from(format!("{}-wal", self.db.display()));
+        if wal.exists() {
+            // Writes of a tuning run sit in the WAL until a checkpoint moves them in.
+            println!("cargo:rerun-if-changed={}", wal.display());
+        }
+        let built = self.write()?;
+        for w in &built.warnings {
+            println!("cargo:warning={w}");
+        }
+        if let Some(dir) = built.lib.parent() {
+            println!("cargo:rustc-link-search=native={}", dir.display());
+        }
+        println!("cargo:rustc-link-lib=static={}", built.lib_name);
+        if std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux") {
+            // Generated code may call expf/logf/tanhf... from the C math library.
+            println!("cargo:rustc-link-lib=m");
+        }
+        Ok(built)
+    }
+
+    /// Writes the library and module without printing anything.
+    pub fn write(&self) -> Result<Built, ReuseError> {
+        let out_dir = match &self.out_dir {
+            Some(d) => d.clone(),
+            None => std::env::var_os("OUT_DIR")
+                .map(PathBuf::from)
+                .ok_or_else(|| ReuseError::Io {
+                    path: PathBuf::from("$OUT_DIR"),
+                    message: "not set: call from a build script or set Build::out_dir".into(),
+                })?,
+        };
+        if !is_identifier(&self.module) {
+            return Err(ReuseError::Target {
+                target: self.module.clone(),
+                reason: "the module name must be a Rust identifier".into(),
+            });
+        }
+        let key = self.target_key();
+        check_target(&key)?;
+        let db = Database::open_read_only(&self.db)?;
+        let mut warnings: Vec<ReuseWarning> = check_db_has_target(&db, &key, self.missing)?
+            .into_iter()
+            .collect();
+        let mut specs: Vec<WorkloadSpec> = Vec::new();
+        for w in &self.workloads {
+            let spec = WorkloadSpec::parse(w).map_err(|source| ReuseError::Spec {
+                spec: w.clone(),
+                source,
+            })?;
+            if let Some(prev) = specs.iter().find(|s| s.ident() == spec.ident()) {
+                if prev.canonical() == spec.canonical() {
+                    continue;
+                }
+                return Err(ReuseError::DuplicateName {
+                    name: spec.ident(),
+                    first: prev.canonical(),
+                    second: spec.canonical(),
+                });
+            }
+            specs.push(spec);
+        }
+        let mut members = Vec::new();
+        let mut descs = Vec::new();
+        let mut kernels = Vec::new();
+        for (i, spec) in specs.iter().enumerate() {
+            let c = compile_object(Some(&db), spec, &key, self.missing, &self.codegen)?;
+            members.push(Member {
+                name: format!("k{i}.o"),
+                data: c.object,
+                symbols: vec![c.symbol.clone(), format!("{}_packed", c.symbol)],
+            });
+            descs.push(KernelDesc {
+                name: spec.ident(),
+                symbol: c.symbol,
+                workload: spec.canonical(),
+                source: c.source.to_string(),
+                params: c.params,
+            });
+            kernels.push((spec.ident(), spec.canonical(), c.source));
+            warnings.extend(c.warnings);
+        }
+        let lib_name = format!("tensortune_{}", self.module);
+        let lib = out_dir.join(format!("lib{lib_name}.a"));
+        let bytes = write_archive(&members).map_err(|message| ReuseError::Io {
+            path: lib.clone(),
+            message,
+        })?;
+        write_file(&lib, &bytes)?;
+        let text = rust_module::generate(
+            &ModuleDesc {
+                module: self.module.clone(),
+                target: key.clone(),
+                threads: key_threads(&key),
+                db: self.db.display().to_string(),
+                ndarray: self.ndarray,
+            },
+            &descs,
+        );
+        let module = out_dir.join(format!("{}.rs", self.module));
+        write_file(&module, text.as_bytes())?;
+        Ok(Built {
+            lib,
+            lib_name,
+            module,
+            target: key,
+            kernels,
+            warnings,
+        })
+    }
+}
+
+fn is_identifier(s: &str) -> bool {
+    let mut c = s.chars();
+    c.next()
+        .is_some_and(|f| f.is_ascii_alphabetic() || f == '_')
+        && c.all(|x| x.is_ascii_alphanumeric() || x == '_')
+}
+
+/// Writes `bytes` to `path`, creating its directory.
+pub(crate) fn write_file(path: &Path, bytes: &[u8]) -> Result<(), ReuseError> {
+    let io = |e: std::io::Error| ReuseError::Io {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    };
+    if let Some(dir) = path.parent() {
+        if !dir.as_os_str().is_empty() {
+            std::fs::create_dir_all(dir).map_err(io)?;
+        }
+    }
+    std::fs::write(path, bytes).map_err(io)
+}
