@@ -128,11 +128,27 @@ impl SearchSpace {
         }
         // The best unmeasured programs seen in any generation, by fingerprint.
         let mut kept: HashMap<u64, (f64, Candidate)> = HashMap::new();
+        // Scores by fingerprint: copies and re-found programs are scored once per round
+        // (lowering and featurizing dominate the search's time).
+        let mut scored: HashMap<u64, f64> = HashMap::new();
         for gen in 0..opts.generations.max(1) {
-            let states: Vec<State> = population.iter().map(|c| c.state.clone()).collect();
-            let scores = scorer.score(&states);
-            for (c, &s) in population.iter().zip(&scores) {
-                let fp = fingerprint(&c.state);
+            let fps: Vec<u64> = population.iter().map(|c| fingerprint(&c.state)).collect();
+            let mut todo: Vec<usize> = Vec::new();
+            let mut seen: HashSet<u64> = HashSet::new();
+            for (i, fp) in fps.iter().enumerate() {
+                if !scored.contains_key(fp) && seen.insert(*fp) {
+                    todo.push(i);
+                }
+            }
+            let states: Vec<State> = todo.iter().map(|&i| population[i].state.clone()).collect();
+            for (&i, s) in todo.iter().zip(scorer.score(&states)) {
+                scored.insert(fps[i], s);
+            }
+            let scores: Vec<f64> = fps
+                .iter()
+                .map(|fp| scored.get(fp).copied().unwrap_or(f64::NEG_INFINITY))
+                .collect();
+            for ((c, &s), &fp) in population.iter().zip(&scores).zip(&fps) {
                 if s.is_finite() && !measured.contains(&fp) {
                     kept.entry(fp).or_insert((s, c.clone()));
                 }
