@@ -1,7 +1,8 @@
 //! Sketch rules for the CPU: from a DAG, the program structures worth searching.
 //!
 //! Stages are visited from the outputs back to the inputs, each taking one rule:
-//! - **always inline** an injective stage that is not an output (padding, bias, relu, exp);
+//! - **always inline** an injective stage that is not an output (bias, relu, exp); padding
+//!   (a stage that selects) is inlined in one sketch and computed at the root in another;
 //! - **multi-level tiling** (`SSRSRS`: four levels per spatial axis, two per reduce axis,
 //!   interleaved) of a reduction with data reuse (an input read independently of some
 //!   spatial axis: matmul, batch matmul, dense, conv2d, depthwise conv2d). When the stage's
@@ -144,6 +145,15 @@ pub fn has_data_reuse(dag: &ComputeDag, t: TensorId) -> bool {
     reuse
 }
 
+/// True if the stage's body chooses between values (zero padding does).
+fn has_select(dag: &ComputeDag, t: TensorId) -> bool {
+    let mut found = false;
+    if let OpKind::Compute { body, .. } = &dag.op(t).kind {
+        body.visit(&mut |e| found |= matches!(e, Expr::Select(..)));
+    }
+    found
+}
+
 /// The CPU sketches of a DAG (at least one).
 pub fn generate(dag: &ComputeDag, opts: &TuneOptions) -> Vec<Sketch> {
     let mut builders = vec![Builder {
@@ -167,7 +177,14 @@ pub fn generate(dag: &ComputeDag, opts: &TuneOptions) -> Vec<Sketch> {
         for b in &builders {
             let variants: Vec<(&str, Result<Builder, ScheduleError>)> =
                 if info.injective && !is_output && !info.consumers.is_empty() {
-                    vec![("inline", inline(b, t))]
+                    if has_select(dag, t) {
+                        // Padding: inlined, every read of it is a bounds check in the
+                        // consumer's innermost loop; computed once at the root, reads are
+                        // plain loads.
+                        vec![("inline", inline(b, t)), ("root", plain(b, t, opts))]
+                    } else {
+                        vec![("inline", inline(b, t))]
+                    }
                 } else if info.combiner.is_some() && has_data_reuse(dag, t) {
                     match pairs.iter().find(|&&(p, _)| p == t) {
                         Some(&(_, c)) => vec![("tile+fuse", tile(b, dag, t, Some(c), opts))],
