@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs what tensortune needs on a fresh Debian machine, only what is missing:
 # LLVM 19 (linked statically through inkwell), the build tools of XGBoost's bundled source,
-# and numpy for the baseline benchmarks. Safe to run again.
+# numpy for the baseline benchmarks, and Debian's chromium, in which a test renders the HTML of
+# `tensortune report`. Safe to run again.
 set -euo pipefail
 need=()
 have() { dpkg -s "$1" >/dev/null 2>&1; }
-for p in llvm-19-dev libpolly-19-dev libzstd-dev clang libclang-dev cmake ninja-build; do
+for p in llvm-19-dev libpolly-19-dev libzstd-dev clang libclang-dev cmake ninja-build chromium; do
   have "$p" || need+=("$p")
 done
 if [ "${#need[@]}" -gt 0 ]; then

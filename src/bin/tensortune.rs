@@ -34,6 +34,10 @@ enum Command {
     Workloads(cli::inspect::WorkloadsArgs),
     /// Print the best schedule of a workload as a trace and as its loop nest.
     Show(cli::inspect::ShowArgs),
+    /// Draw a workload's tuning curve (best GFLOP/s against trials, a line per run) as SVG.
+    Plot(cli::plot::PlotArgs),
+    /// Write one self-contained HTML page: workloads table, tuning curves, best loop nests.
+    Report(cli::report::ReportArgs),
     /// Tune workloads on the host CPU into a records database.
     Tune(cli::tune::TuneArgs),
     /// Compile a workload's default schedule, run it, and print latency and GFLOP/s.
@@ -54,6 +58,8 @@ fn run(command: Command) -> Result<(), CliError> {
         Command::Tune(args) => cli::tune::tune(&args, &mut out),
         Command::Workloads(args) => cli::inspect::workloads(&args, &mut out),
         Command::Show(args) => cli::inspect::show(&args, &mut out),
+        Command::Plot(args) => cli::plot::plot(&args, &mut out),
+        Command::Report(args) => cli::report::report(&args, &mut out),
         Command::Run(args) => cli::run::run(&args, &mut out),
         Command::Codegen(args) => cli::codegen::codegen(&args, &mut out),
     }

@@ -7,9 +7,11 @@ use crate::tune::Target;
 use std::io::Write;
 use std::path::PathBuf;
 use tensortune_records::Database;
+use tensortune_schedules::ir::LoweredFunc;
 use tensortune_schedules::lower::lower;
 use tensortune_schedules::ops::OPS;
 use tensortune_schedules::trace::Trace;
+use tensortune_schedules::ComputeDag;
 
 /// Arguments of `tensortune workloads`.
 #[derive(Debug, clap::Args)]
@@ -73,12 +75,7 @@ pub fn show(args: &ShowArgs, out: &mut dyn Write) -> Result<(), CliError> {
             }
         )));
     };
-    let trace = Trace::from_json(&r.trace_json)
-        .map_err(|e| CliError::Usage(format!("stored trace: {e}")))?;
-    let state = trace
-        .replay(&dag)
-        .map_err(|e| CliError::Usage(format!("stored trace does not replay: {e}")))?;
-    let func = lower(&state).map_err(|e| CliError::Internal(e.to_string()))?;
+    let (trace, func) = replay_and_lower(&dag, &r.trace_json)?;
     let t = r.outcome.timing().map(|t| t.median_s).unwrap_or(f64::NAN);
     let text = format!(
         "{key} on {target}\n{:.3} ms, {:.1} GFLOP/s\n\ntrace:\n{}\nloop nest:\n{}",
@@ -89,4 +86,19 @@ pub fn show(args: &ShowArgs, out: &mut dyn Write) -> Result<(), CliError> {
     );
     out.write_all(text.as_bytes())
         .map_err(|e| CliError::Internal(e.to_string()))
+}
+
+/// A stored trace replayed on a workload's DAG, and the loop nest it lowers to: what `show`
+/// prints and `report` shows for each best record.
+pub(crate) fn replay_and_lower(
+    dag: &ComputeDag,
+    trace_json: &str,
+) -> Result<(Trace, LoweredFunc), CliError> {
+    let trace =
+        Trace::from_json(trace_json).map_err(|e| CliError::Usage(format!("stored trace: {e}")))?;
+    let state = trace
+        .replay(dag)
+        .map_err(|e| CliError::Usage(format!("stored trace does not replay: {e}")))?;
+    let func = lower(&state).map_err(|e| CliError::Internal(e.to_string()))?;
+    Ok((trace, func))
 }

@@ -11,7 +11,9 @@
 
 pub mod codegen;
 pub mod inspect;
+pub mod plot;
 pub mod records;
+pub mod report;
 pub mod run;
 pub mod tune;
 

@@ -289,7 +289,7 @@ pub fn merge(args: &MergeArgs, out: &mut dyn Write) -> Result<(), CliError> {
 
 /// The workload key for a spec from the command line: the canonical form from the op library,
 /// or the text itself when the database holds exactly that key (an op this build lacks).
-fn workload_key(db: &Database, spec: &str) -> Result<String, CliError> {
+pub(super) fn workload_key(db: &Database, spec: &str) -> Result<String, CliError> {
     match WorkloadSpec::parse(spec) {
         Ok(w) => Ok(w.canonical()),
         Err(e) => {
@@ -332,7 +332,7 @@ fn describe(record: &Record) -> String {
 }
 
 /// Seconds in the unit that keeps 3-4 significant digits readable.
-fn format_seconds(s: f64) -> String {
+pub(super) fn format_seconds(s: f64) -> String {
     if s >= 1.0 {
         format!("{s:.3} s")
     } else if s >= 1e-3 {
@@ -372,7 +372,7 @@ fn render_table(rows: &[[String; 6]]) -> String {
     text
 }
 
-fn write_out(out: &mut dyn Write, text: &str) -> Result<(), CliError> {
+pub(super) fn write_out(out: &mut dyn Write, text: &str) -> Result<(), CliError> {
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
