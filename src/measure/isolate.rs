@@ -44,11 +44,14 @@ pub(super) fn run_forked(
     unsafe { libc::close(wr) };
     let started = Instant::now();
     // A hopeless candidate (see `MeasureOptions::cutoff_s`) is stopped once it has had the
-    // time of its checked run and one timed run at the cutoff, and recorded as cut short with
-    // the time it ran: a lower bound, so it ranks as badly as it deserves.
+    // time of its checked run and one timed run at the cutoff on top of what a full
+    // measurement of a fast candidate takes (warm-up and `repeat + 1` timings of at least
+    // `min_repeat_ms`, plus the fork), and recorded as cut short with the time it ran: a
+    // lower bound, so it ranks as badly as it deserves.
+    let full = (opts.repeat as f64 + 2.0) * opts.min_repeat_ms / 1e3 + 0.05;
     let hopeless_after = opts
         .cutoff_s
-        .map(|c| std::time::Duration::from_secs_f64(2.0 * c + 0.05))
+        .map(|c| std::time::Duration::from_secs_f64(2.0 * c + 1.5 * full))
         .filter(|d| *d < opts.timeout);
     let deadline = started + hopeless_after.unwrap_or(opts.timeout);
     let mut msg = Vec::new();
