@@ -38,6 +38,8 @@ enum Command {
     Plot(cli::plot::PlotArgs),
     /// Write one self-contained HTML page: workloads table, tuning curves, best loop nests.
     Report(cli::report::ReportArgs),
+    /// The learned cost model on a records database: held-out evaluation, training.
+    Model(cli::model::ModelArgs),
     /// Tune workloads on the host CPU into a records database.
     Tune(cli::tune::TuneArgs),
     /// Compile a workload's default schedule, run it, and print latency and GFLOP/s.
@@ -56,6 +58,10 @@ fn run(command: Command) -> Result<(), CliError> {
         Command::Import(args) => cli::records::import(&args, &mut out, &mut io::stderr()),
         Command::Merge(args) => cli::records::merge(&args, &mut out),
         Command::Tune(args) => cli::tune::tune(&args, &mut out),
+        Command::Model(args) => match &args.command {
+            cli::model::ModelCommand::Eval(a) => cli::model::eval(a, &mut out),
+            cli::model::ModelCommand::Train(a) => cli::model::train(a, &mut out),
+        },
         Command::Workloads(args) => cli::inspect::workloads(&args, &mut out),
         Command::Show(args) => cli::inspect::show(&args, &mut out),
         Command::Plot(args) => cli::plot::plot(&args, &mut out),

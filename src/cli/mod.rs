@@ -11,6 +11,7 @@
 
 pub mod codegen;
 pub mod inspect;
+pub mod model;
 pub mod plot;
 pub mod records;
 pub mod report;

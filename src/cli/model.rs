@@ -1,0 +1,272 @@
+//! `tensortune model`: the learned cost model on a records database.
+//!
+//! - `model eval`: per workload, train on a random 80% of its records and report on the rest
+//!   the pairwise ranking accuracy, Spearman correlation and top-5 recall of the
+//!   gradient-boosted model beside the random model's.
+//! - `model train`: train on every record of a target and save the model, so that a new
+//!   tuning run can start warm.
+
+use super::CliError;
+use std::io::Write;
+use std::path::PathBuf;
+use tensortune_cost_model::dataset::samples_from_records;
+use tensortune_cost_model::eval::{evaluate, EvalOptions, RankingMetrics};
+use tensortune_cost_model::{GbdtModel, GbdtOptions, ModelError, Objective};
+use tensortune_records::Database;
+
+/// Arguments of `tensortune model`.
+#[derive(Debug, clap::Args)]
+pub struct ModelArgs {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: ModelCommand,
+}
+
+/// The `model` subcommands.
+#[derive(Debug, clap::Subcommand)]
+pub enum ModelCommand {
+    /// Held-out ranking quality of the cost model, per workload, beside the random model.
+    #[command(
+        after_help = "Example:\n  tensortune model eval --db tuning.db\n  tensortune model eval --db tuning.db --objective both --json"
+    )]
+    Eval(EvalArgs),
+    /// Train the cost model on every record of a target and save it.
+    #[command(after_help = "Example:\n  tensortune model train --db tuning.db --out model.json")]
+    Train(TrainArgs),
+}
+
+/// Where the records come from.
+#[derive(Debug, clap::Args)]
+pub struct Source {
+    /// The records database.
+    #[arg(long, value_name = "PATH")]
+    pub db: PathBuf,
+    /// Target key (as `tensortune records` lists them); may be omitted when the database
+    /// holds one target.
+    #[arg(long)]
+    pub target: Option<String>,
+}
+
+/// Arguments of `tensortune model eval`.
+#[derive(Debug, clap::Args)]
+pub struct EvalArgs {
+    /// Records to evaluate on.
+    #[command(flatten)]
+    pub source: Source,
+    /// Loss of the gradient-boosted model: `pack-sum` (Ansor's), `rank-pairwise`, or `both`.
+    #[arg(long, default_value = "pack-sum")]
+    pub objective: String,
+    /// Workloads with fewer records are skipped.
+    #[arg(long, default_value_t = 50)]
+    pub min_records: usize,
+    /// Seed of the split.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Boosting rounds.
+    #[arg(long)]
+    pub rounds: Option<u32>,
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Arguments of `tensortune model train`.
+#[derive(Debug, clap::Args)]
+pub struct TrainArgs {
+    /// Records to train on.
+    #[command(flatten)]
+    pub source: Source,
+    /// Where to write the model (JSON).
+    #[arg(long, value_name = "PATH")]
+    pub out: PathBuf,
+    /// Loss: `pack-sum` (Ansor's) or `rank-pairwise`.
+    #[arg(long, default_value = "pack-sum")]
+    pub objective: String,
+}
+
+fn model_error(e: ModelError) -> CliError {
+    match e {
+        ModelError::Records(r) => r.into(),
+        e @ (ModelError::NoData(_)
+        | ModelError::InvalidOptions(_)
+        | ModelError::Io { .. }
+        | ModelError::BadModelFile { .. }) => CliError::Usage(e.to_string()),
+        e => CliError::Internal(e.to_string()),
+    }
+}
+
+fn objectives(s: &str) -> Result<Vec<Objective>, CliError> {
+    if s == "both" {
+        return Ok(Objective::ALL.to_vec());
+    }
+    Objective::parse(s).map(|o| vec![o]).ok_or_else(|| {
+        CliError::Usage(format!(
+            "unknown objective `{s}`: expected pack-sum, rank-pairwise or both"
+        ))
+    })
+}
+
+/// Opens the database and picks the target.
+fn open(source: &Source) -> Result<(Database, String), CliError> {
+    let db = Database::open_existing(&source.db)?;
+    let targets = db.targets()?;
+    let target = match &source.target {
+        Some(t) if targets.contains(t) => t.clone(),
+        Some(t) => {
+            return Err(CliError::Usage(format!(
+                "{} has no records for target `{t}`; it has: {}",
+                source.db.display(),
+                if targets.is_empty() {
+                    "none".to_string()
+                } else {
+                    targets.join(", ")
+                }
+            )))
+        }
+        None => match targets.as_slice() {
+            [t] => t.clone(),
+            [] => {
+                return Err(CliError::Usage(format!(
+                    "{} has no records",
+                    source.db.display()
+                )))
+            }
+            _ => {
+                return Err(CliError::Usage(format!(
+                    "{} has records of several targets; choose one with --target: {}",
+                    source.db.display(),
+                    targets.join(", ")
+                )))
+            }
+        },
+    };
+    Ok((db, target))
+}
+
+fn fmt(x: Option<f64>) -> String {
+    x.map_or_else(|| "-".to_string(), |v| format!("{v:.3}"))
+}
+
+fn row(
+    out: &mut dyn Write,
+    label: &str,
+    counts: &str,
+    name: &str,
+    m: &RankingMetrics,
+) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "{label:<48} {counts:>11}  {name:<18} {:>8} {:>8} {:>6}",
+        fmt(m.pairwise_accuracy),
+        fmt(m.spearman),
+        fmt(m.top_k_recall)
+    )
+}
+
+/// Runs `tensortune model eval`.
+pub fn eval(args: &EvalArgs, out: &mut dyn Write) -> Result<(), CliError> {
+    let objectives = objectives(&args.objective)?;
+    let (db, target) = open(&args.source)?;
+    let (samples, loaded) = samples_from_records(&db, &target).map_err(model_error)?;
+    let mut gbdt = GbdtOptions {
+        seed: args.seed,
+        ..GbdtOptions::default()
+    };
+    if let Some(r) = args.rounds {
+        gbdt.rounds = r;
+    }
+    let opts = EvalOptions {
+        min_samples: args.min_records,
+        seed: args.seed,
+        gbdt,
+        objectives,
+        ..EvalOptions::default()
+    };
+    let report = evaluate(&samples, &opts).map_err(model_error)?;
+    let io = |e: std::io::Error| CliError::Internal(e.to_string());
+    if args.json {
+        let json = serde_json::json!({
+            "target": target,
+            "records": loaded.records,
+            "samples": loaded.samples,
+            "failed": loaded.failed,
+            "skipped_records": loaded.skipped.len(),
+            "eval": report,
+        });
+        writeln!(out, "{json}").map_err(io)?;
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "target {target}: {} records, {} samples ({} failed), {} records that no longer replay",
+        loaded.records,
+        loaded.samples,
+        loaded.failed,
+        loaded.skipped.len()
+    )
+    .map_err(io)?;
+    writeln!(
+        out,
+        "{:<48} {:>11}  {:<18} {:>8} {:>8} {:>6}",
+        "workload", "train/test", "model", "pairwise", "spearman", "top-5"
+    )
+    .map_err(io)?;
+    for w in &report.workloads {
+        let counts = format!("{}/{}", w.train, w.test);
+        for (i, (name, m)) in w.models.iter().enumerate() {
+            let (label, c) = if i == 0 {
+                (w.workload.as_str(), counts.as_str())
+            } else {
+                ("", "")
+            };
+            row(out, label, c, name, m).map_err(io)?;
+        }
+    }
+    for (i, (name, m)) in report.mean.iter().enumerate() {
+        row(
+            out,
+            if i == 0 { "mean over workloads" } else { "" },
+            "",
+            name,
+            m,
+        )
+        .map_err(io)?;
+    }
+    for (w, n) in &report.skipped {
+        writeln!(
+            out,
+            "skipped {w}: {n} records (fewer than {})",
+            args.min_records
+        )
+        .map_err(io)?;
+    }
+    Ok(())
+}
+
+/// Runs `tensortune model train`.
+pub fn train(args: &TrainArgs, out: &mut dyn Write) -> Result<(), CliError> {
+    let objective = match objectives(&args.objective)?.as_slice() {
+        [o] => *o,
+        _ => return Err(CliError::Usage("choose one objective to train with".into())),
+    };
+    let (db, target) = open(&args.source)?;
+    let options = GbdtOptions {
+        objective,
+        ..GbdtOptions::default()
+    };
+    let (model, loaded) = GbdtModel::from_records(&db, &target, options).map_err(model_error)?;
+    model.save(&args.out).map_err(model_error)?;
+    writeln!(
+        out,
+        "trained on {} samples of target {target} ({} records skipped){}; wrote {}",
+        loaded.samples,
+        loaded.skipped.len(),
+        if model.is_trained() {
+            ""
+        } else {
+            " - too few to learn from, saved untrained"
+        },
+        args.out.display()
+    )
+    .map_err(|e| CliError::Internal(e.to_string()))
+}
