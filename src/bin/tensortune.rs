@@ -72,6 +72,12 @@ fn run(command: Command) -> Result<(), CliError> {
 }
 
 fn main() -> ExitCode {
+    // Like other Unix tools, end quietly when the reader of stdout goes away (`| head`).
+    // SAFETY: setting a signal disposition to the default before any thread starts.
+    #[cfg(unix)]
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     // A bug must still end as one line and an internal-error status, not a backtrace.
     std::panic::set_hook(Box::new(|info| {
         eprintln!("tensortune: internal error: {info}");
