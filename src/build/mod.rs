@@ -10,7 +10,7 @@
 //!   static library, and writes a Rust module of safe wrappers to `OUT_DIR`. The program
 //!   includes that module and links the library; it contains no LLVM and no tensortune.
 //!
-//! ```no_run
+//! ```text
 //! // build.rs
 //! fn main() {
 //!     let built = tensortune::build::Build::new("records.db")
@@ -22,10 +22,12 @@
 //!         std::process::exit(1);
 //!     }
 //! }
-//! // main.rs:
-//! //   include!(concat!(env!("OUT_DIR"), "/tuned.rs"));
-//! //   tuned::matmul_k1024_m1024_n1024(&a, &b, &mut c)?;
+//! // main.rs
+//! include!(concat!(env!("OUT_DIR"), "/tuned.rs"));
+//! // ... tuned::matmul_k1024_m1024_n1024(&a, &b, &mut c)?;
 //! ```
+//!
+//! `examples/build-reuse` is the same as a complete, tested project.
 //!
 //! **Targets are stated, not guessed.** Records are looked up under one target key: by
 //! default the host CPU's with one thread ([`crate::Target::host`]), or the host's with
@@ -49,6 +51,7 @@ pub mod rust_module;
 mod rt_tests;
 
 pub use archive::{write as write_archive, Member};
+pub(crate) use choose::choose_named;
 pub use choose::{choose, Choice, Missing, ReuseOptions, ReuseWarning, Source};
 pub use error::ReuseError;
 
