@@ -47,7 +47,7 @@ impl Default for EvalOptions {
             top_k: 5,
             random_repeats: 10,
             gbdt: GbdtOptions::default(),
-            objectives: vec![Objective::PackSumSquaredError],
+            objectives: vec![GbdtOptions::default().objective],
         }
     }
 }

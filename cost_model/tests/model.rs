@@ -98,17 +98,20 @@ fn learns_sums_over_stores() {
 fn save_then_load_predicts_identically() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("model.json");
-    let mut model = GbdtModel::new(options(Objective::PackSumSquaredError)).unwrap();
-    model.update(&synthetic(200, 2)).unwrap();
-    model.save(&path).unwrap();
-    let loaded = GbdtModel::load(&path).unwrap();
-    assert!(loaded.is_trained());
-    assert_eq!(loaded.samples().len(), 200);
-    assert_eq!(loaded.options(), model.options());
-    let probe: Vec<ProgramFeatures> = synthetic(50, 3).into_iter().map(|s| s.features).collect();
-    let a = model.predict(&probe).unwrap();
-    let b = loaded.predict(&probe).unwrap();
-    assert_eq!(a, b);
+    for objective in Objective::ALL {
+        let mut model = GbdtModel::new(options(objective)).unwrap();
+        model.update(&synthetic(200, 2)).unwrap();
+        model.save(&path).unwrap();
+        let loaded = GbdtModel::load(&path).unwrap();
+        assert!(loaded.is_trained());
+        assert_eq!(loaded.samples().len(), 200);
+        assert_eq!(loaded.options(), model.options());
+        let probe: Vec<ProgramFeatures> =
+            synthetic(50, 3).into_iter().map(|s| s.features).collect();
+        let a = model.predict(&probe).unwrap();
+        let b = loaded.predict(&probe).unwrap();
+        assert_eq!(a, b, "{objective:?}");
+    }
     // An untrained model round-trips too.
     let fresh = GbdtModel::new(GbdtOptions::default()).unwrap();
     fresh.save(&path).unwrap();

@@ -53,8 +53,8 @@ pub struct EvalArgs {
     /// Records to evaluate on.
     #[command(flatten)]
     pub source: Source,
-    /// Loss of the gradient-boosted model: `pack-sum` (Ansor's), `rank-pairwise`, or `both`.
-    #[arg(long, default_value = "pack-sum")]
+    /// Loss of the gradient-boosted model: `rank-pairwise`, `pack-sum` (Ansor's), or `both`.
+    #[arg(long, default_value = "rank-pairwise")]
     pub objective: String,
     /// Workloads with fewer records are skipped.
     #[arg(long, default_value_t = 50)]
@@ -79,8 +79,8 @@ pub struct TrainArgs {
     /// Where to write the model (JSON).
     #[arg(long, value_name = "PATH")]
     pub out: PathBuf,
-    /// Loss: `pack-sum` (Ansor's) or `rank-pairwise`.
-    #[arg(long, default_value = "pack-sum")]
+    /// Loss: `rank-pairwise` or `pack-sum` (Ansor's).
+    #[arg(long, default_value = "rank-pairwise")]
     pub objective: String,
 }
 

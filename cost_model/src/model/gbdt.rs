@@ -10,13 +10,21 @@
 //! (its stores), so a program with an extra slow stage scores differently from one without.
 //!
 //! **Objectives** ([`Objective`]):
-//! - [`Objective::PackSumSquaredError`] (Ansor's loss, the default): squared error between the
+//! - [`Objective::RankPairwise`] (the default): XGBoost's `rank:pairwise` with one query
+//!   group per workload; each row carries its program's normalized throughput as relevance,
+//!   and pairs are sampled uniformly over the whole list (`lambdarank_pair_method=mean`).
+//! - [`Objective::PackSumSquaredError`] (Ansor's loss): squared error between the
 //!   summed row scores and the normalized throughput, each program weighted by its normalized
 //!   throughput so the model is most accurate about the fast programs the search cares about.
 //!   XGBoost has no built-in loss over sums of rows, so it runs as a custom objective: the
 //!   programs are XGBoost *groups* of rows, and the gradient of a row is that of its group.
-//! - [`Objective::RankPairwise`]: XGBoost's `rank:pairwise` with one query group per
-//!   workload; each row carries its program's normalized throughput as relevance.
+//!
+//! Measured on 560 fully timed records of a tuning run on this machine (matmul 256³ and
+//! conv2d 32→64 channels 28², 80/20 split per workload, three split seeds): held-out pairwise
+//! accuracy 0.807 for `rank:pairwise` against 0.785 for pack-sum (random: 0.51), Spearman
+//! 0.78 against 0.75; pack-sum trains about 4× faster (0.24 s against 0.97 s on those 560).
+//! Pack-sum weighs programs by throughput, so it is most accurate about the fastest few and
+//! less about the order of the rest, which the search's pairwise choices also depend on.
 //!
 //! **Warm-up.** Until the training set holds [`GbdtOptions::warmup_samples`] samples, or when
 //! the samples carry no ranking information (fewer than two programs with rows, or all
@@ -67,7 +75,7 @@ impl Objective {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct GbdtOptions {
-    /// The loss.
+    /// The loss (default `rank:pairwise`: see the module documentation for the comparison).
     pub objective: Objective,
     /// Boosting rounds per training (trees in the model).
     pub rounds: u32,
@@ -92,7 +100,7 @@ pub struct GbdtOptions {
 impl Default for GbdtOptions {
     fn default() -> GbdtOptions {
         GbdtOptions {
-            objective: Objective::PackSumSquaredError,
+            objective: Objective::RankPairwise,
             rounds: 200,
             max_depth: 10,
             eta: 0.2,

@@ -1,0 +1,86 @@
+//! Samples from a records database, and the held-out evaluation on them.
+
+use tensortune_cost_model::dataset::samples_from_records;
+use tensortune_cost_model::eval::{evaluate, EvalOptions};
+use tensortune_cost_model::{GbdtModel, GbdtOptions};
+use tensortune_records::{Database, ErrorKind, NewRecord, Timing, Workload};
+use tensortune_schedules::{ops::WorkloadSpec, random::random_state};
+
+const TARGET: &str = "llvm -mcpu=test";
+
+#[test]
+fn records_become_samples_and_bad_traces_are_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut db = Database::open(dir.path().join("t.db")).unwrap();
+    let spec = WorkloadSpec::parse("matmul:M=32,N=32,K=32").unwrap();
+    let dag = spec.build().unwrap();
+    let workload = Workload::new(spec.canonical(), dag.flops());
+    let mut batch = Vec::new();
+    for seed in 0..60u64 {
+        let trace = random_state(&dag, seed, 12, false).trace().to_json();
+        let t = 1e-4 * (1.0 + (seed % 7) as f64);
+        let timing = Timing {
+            median_s: t,
+            min_s: t,
+            max_s: t,
+            repeats: 5,
+        };
+        batch.push(NewRecord::measured(workload.clone(), TARGET, trace, timing));
+    }
+    let failed = random_state(&dag, 1000, 12, false).trace().to_json();
+    batch.push(NewRecord::failed(
+        workload.clone(),
+        TARGET,
+        failed,
+        ErrorKind::Runtime,
+        "x",
+    ));
+    let bogus = r#"{"steps":[{"Split":{"stage":9,"iter":0,"factors":[2]}}]}"#;
+    batch.push(NewRecord::failed(
+        workload.clone(),
+        TARGET,
+        bogus,
+        ErrorKind::Runtime,
+        "x",
+    ));
+    db.insert_batch(None, &batch).unwrap();
+
+    let (samples, report) = samples_from_records(&db, TARGET).unwrap();
+    assert_eq!(report.records, 62);
+    assert_eq!(report.skipped.len(), 1, "{:?}", report.skipped);
+    assert_eq!(samples.len(), 61);
+    assert_eq!(report.failed, 1);
+    assert!(samples.iter().all(|s| s.workload == spec.canonical()));
+    let best = samples.iter().map(|s| s.throughput).fold(0.0, f64::max);
+    assert!((best - dag.flops() / 1e-4).abs() / best < 1e-9);
+    // Another target has nothing.
+    assert!(samples_from_records(&db, "cuda").unwrap().0.is_empty());
+
+    let (model, _) = GbdtModel::from_records(
+        &db,
+        TARGET,
+        GbdtOptions {
+            rounds: 20,
+            threads: 2,
+            ..GbdtOptions::default()
+        },
+    )
+    .unwrap();
+    assert!(model.is_trained());
+
+    let opts = EvalOptions {
+        min_samples: 20,
+        gbdt: GbdtOptions {
+            rounds: 20,
+            threads: 2,
+            ..GbdtOptions::default()
+        },
+        ..EvalOptions::default()
+    };
+    let eval = evaluate(&samples, &opts).unwrap();
+    assert_eq!(eval.workloads.len(), 1);
+    let w = &eval.workloads[0];
+    assert_eq!(w.train + w.test, 61);
+    assert!(w.models.contains_key("random") && w.models.len() == 2);
+    assert!(eval.mean.contains_key("random"));
+}
