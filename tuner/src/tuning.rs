@@ -284,8 +284,12 @@ impl<'a> Tuner<'a> {
                 task.measured.insert(fingerprint(&state));
                 task.report.resumed += 1;
                 let latency = r.outcome.timing().map(|t| t.median_s);
-                if let Some(s) = Self::sample_of(&task.input.key, flops, &state, latency) {
-                    self.resumed.push(s);
+                // Records timed once are the cut-short ones (see above).
+                let cut_short = r.outcome.timing().is_some_and(|t| t.repeats <= 1);
+                if !cut_short {
+                    if let Some(s) = Self::sample_of(&task.input.key, flops, &state, latency) {
+                        self.resumed.push(s);
+                    }
                 }
                 if let Some(l) = latency {
                     if let Some(c) = task.space.from_state(&state) {
@@ -470,6 +474,9 @@ impl<'a> Tuner<'a> {
             let new: Vec<Sample> = batch
                 .par_iter()
                 .zip(&results)
+                // A cut-short time is a lower bound shared by every hopeless program: it only
+                // blurs the ranking, so the model learns from full timings and failures.
+                .filter(|(_, r)| !r.as_ref().is_ok_and(|t| t.cut_short))
                 .filter_map(|(c, r)| {
                     Self::sample_of(
                         &task.input.key,
