@@ -175,20 +175,7 @@ impl Simplifier {
                 }
             }
             Expr::Call(f, a) => Expr::Call(*f, Box::new(self.expr(a))),
-            Expr::Load {
-                tensor,
-                dtype,
-                indices,
-            } => Expr::Load {
-                tensor: *tensor,
-                dtype: *dtype,
-                indices: indices.iter().map(|i| self.expr(i)).collect(),
-            },
-            Expr::BufLoad { buf, dtype, index } => Expr::BufLoad {
-                buf: *buf,
-                dtype: *dtype,
-                index: Box::new(self.expr(index)),
-            },
+            Expr::Load { .. } | Expr::BufLoad { .. } => self.load(e),
             Expr::Reduce { .. } | Expr::Const(_) | Expr::Var(_) => e.clone(),
         }
     }
@@ -302,11 +289,14 @@ impl Simplifier {
                     x => x.cast(*d),
                 }
             }
-            Expr::BufLoad { buf, dtype, index } => Expr::BufLoad {
-                buf: *buf,
-                dtype: *dtype,
-                index: Box::new(self.expr(index)),
-            },
+            Expr::Load { .. } | Expr::BufLoad { .. } => self.load(e),
+            _ => e.clone(),
+        }
+    }
+
+    /// A load with its indices simplified (any other node is returned as it is).
+    fn load(&self, e: &Expr) -> Expr {
+        match e {
             Expr::Load {
                 tensor,
                 dtype,
@@ -315,6 +305,11 @@ impl Simplifier {
                 tensor: *tensor,
                 dtype: *dtype,
                 indices: indices.iter().map(|i| self.expr(i)).collect(),
+            },
+            Expr::BufLoad { buf, dtype, index } => Expr::BufLoad {
+                buf: *buf,
+                dtype: *dtype,
+                index: Box::new(self.expr(index)),
             },
             _ => e.clone(),
         }
