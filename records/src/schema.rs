@@ -98,12 +98,14 @@ pub(crate) enum Kind {
 /// Reads the version markers of an open file. Errors are SQLite's (a non-database file
 /// fails here with `SQLITE_NOTADB`).
 pub(crate) fn inspect(conn: &Connection) -> rusqlite::Result<Kind> {
-    let version: u32 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-    let app_id: i32 = conn.query_row("PRAGMA application_id", [], |r| r.get(0))?;
-    let tables: i64 = conn.query_row(
-        "SELECT count(*) FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'",
+    // One statement, so the three markers come from one snapshot: read one by one, they could
+    // straddle another process's creation of the schema and look like a foreign file.
+    let (version, app_id, tables): (u32, i32, i64) = conn.query_row(
+        "SELECT (SELECT user_version FROM pragma_user_version),
+                (SELECT application_id FROM pragma_application_id),
+                (SELECT count(*) FROM sqlite_master WHERE name NOT LIKE 'sqlite_%')",
         [],
-        |r| r.get(0),
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
     )?;
     Ok(match (app_id, version, tables) {
         (0, 0, 0) => Kind::Empty,
