@@ -109,6 +109,9 @@ impl Lin {
 pub struct Simplifier {
     /// Ranges of the variables in scope.
     pub ranges: Ranges,
+    /// Variables of removed unit loops, each standing for 0 (substituted as the expressions
+    /// are rebuilt, rather than by copying the loop's body first).
+    zeros: std::collections::HashSet<u32>,
 }
 
 impl Default for Simplifier {
@@ -120,7 +123,10 @@ impl Default for Simplifier {
 impl Simplifier {
     /// A simplifier with known ranges.
     pub fn new(ranges: Ranges) -> Simplifier {
-        Simplifier { ranges }
+        Simplifier {
+            ranges,
+            zeros: Default::default(),
+        }
     }
 
     /// Simplifies an expression.
@@ -176,7 +182,8 @@ impl Simplifier {
             }
             Expr::Call(f, a) => Expr::Call(*f, Box::new(self.expr(a))),
             Expr::Load { .. } | Expr::BufLoad { .. } => self.load(e),
-            Expr::Reduce { .. } | Expr::Const(_) | Expr::Var(_) => e.clone(),
+            Expr::Reduce { .. } | Expr::Var(_) => self.zeroed(e),
+            Expr::Const(_) => e.clone(),
         }
     }
 
@@ -230,6 +237,7 @@ impl Simplifier {
     fn lin(&self, e: &Expr) -> Lin {
         match e {
             Expr::Const(Const::I64(v)) => Lin::constant(*v),
+            Expr::Var(v) if self.zeros.contains(&v.id) => Lin::constant(0),
             Expr::Var(_) => Lin::atom(e.clone()),
             Expr::Bin(BinOp::Add, a, b) => self.lin(a).add(self.lin(b), 1),
             Expr::Bin(BinOp::Sub, a, b) => self.lin(a).add(self.lin(b), -1),
@@ -290,8 +298,17 @@ impl Simplifier {
                 }
             }
             Expr::Load { .. } | Expr::BufLoad { .. } => self.load(e),
-            _ => e.clone(),
+            _ => self.zeroed(e),
         }
+    }
+
+    /// `e` with the variables of removed unit loops replaced by 0 (for the nodes the
+    /// simplifier does not rebuild itself).
+    fn zeroed(&self, e: &Expr) -> Expr {
+        if self.zeros.is_empty() {
+            return e.clone();
+        }
+        e.substitute(&|v| self.zeros.contains(&v.id).then(|| Expr::int(0)))
     }
 
     /// A load with its indices simplified (any other node is returned as it is).
@@ -425,8 +442,12 @@ impl Simplifier {
                 body,
             } => {
                 if *extent == 1 {
-                    let zero = substitute_stmt(body, var.id, &Expr::int(0));
-                    return self.stmt(&zero);
+                    let fresh = self.zeros.insert(var.id);
+                    let b = self.stmt(body);
+                    if fresh {
+                        self.zeros.remove(&var.id);
+                    }
+                    return b;
                 }
                 self.ranges.set(var.id, 0, extent - 1);
                 let b = self.stmt(body);
