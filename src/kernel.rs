@@ -14,7 +14,6 @@ use crate::runtime::buffer::Element;
 use crate::runtime::{AlignedBuffer, BufferError, Runtime};
 use inkwell::context::Context;
 use inkwell::execution_engine::ExecutionEngine;
-use inkwell::OptimizationLevel;
 use ndarray::{ArrayD, ArrayViewD, IxDyn};
 use std::mem::ManuallyDrop;
 use tensortune_schedules::data::NdData;
@@ -287,7 +286,7 @@ impl Kernel {
             })
             .collect();
         let engine = module
-            .create_jit_execution_engine(OptimizationLevel::Aggressive)
+            .create_jit_execution_engine(crate::codegen::llvm::codegen_level(opts.codegen_level))
             .map_err(|e| CodegenError::Llvm(format!("JIT: {e}")))?;
         for (f, (_, addr)) in decls.iter().zip(syms.iter()) {
             engine.add_global_mapping(f, *addr);

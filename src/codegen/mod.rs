@@ -58,6 +58,16 @@ pub struct CodegenOptions {
     /// `None` takes the host's widest ([`HostTarget::vector_bits`]). For experiments: on an
     /// AVX-512 host, 256 makes LLVM split every 512-bit vector in two.
     pub vector_bits: Option<u32>,
+    /// The LLVM pass pipeline run on the module when `optimize` is set, in `opt -passes=`
+    /// syntax.
+    pub pipeline: String,
+    /// Optimization level of LLVM's machine-code generation (instruction selection,
+    /// scheduling, register allocation): 0 to 3.
+    pub codegen_level: u8,
+    /// Let LLVM unroll loops the loop IR left rolled (its own cost model decides how far).
+    pub llvm_unroll: bool,
+    /// Let LLVM's loop and SLP vectorizers vectorize what the loop IR left scalar.
+    pub llvm_vectorize: bool,
 }
 
 impl Default for CodegenOptions {
@@ -69,6 +79,10 @@ impl Default for CodegenOptions {
             max_stack_alloc_bytes: 128 << 10,
             max_stack_bytes: 512 << 10,
             vector_bits: None,
+            pipeline: "default<O3>".into(),
+            codegen_level: 3,
+            llvm_unroll: true,
+            llvm_vectorize: true,
         }
     }
 }

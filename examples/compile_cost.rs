@@ -1,0 +1,203 @@
+//! What code generation settings cost and buy: compiles and times the measured programs of a
+//! records database under several LLVM settings, side by side, and prints the compile time
+//! and the speed (geometric mean relative to the first setting, and absolute).
+//!
+//! `taskset -c 1 cargo run --release --example compile_cost -- DB WORKLOAD [N]`
+//! takes the first N records (default 64); with `BEST=1` the N fastest instead. Other modes:
+//! `PER_CANDIDATE=1` lists each program's compile time, slowest first (`SHOW=I` then prints
+//! program I's loop IR); `BREAKDOWN=1` splits the time per program into lowering, LLVM IR,
+//! the O3 pipeline and machine code. Process-wide LLVM options (the unroll threshold, say)
+//! are compared by running it twice with different `TENSORTUNE_LLVM_ARGS`.
+//!
+//! What it showed on conv2d's tuning candidates (one core, AMD EPYC znver5): LLVM's own
+//! unrolling is most of the compile time (off: 3x faster compiles, 0.78x the speed), dominated
+//! by a few poor programs (five of 64 took 3.6 of 8.8 s); `-unroll-threshold=100` halved the
+//! compile time, and a search run with it found programs as fast.
+
+use std::time::Instant;
+use tensortune::codegen::CodegenOptions;
+use tensortune::measure::{CpuMeasurer, MeasureOptions};
+use tensortune::tune::tuning_measure_options;
+use tensortune_records::Database;
+use tensortune_schedules::ops::WorkloadSpec;
+use tensortune_schedules::schedule::State;
+use tensortune_schedules::trace::Trace;
+use tensortune_tuner::measure::Measurer;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut args = std::env::args().skip(1);
+    let (Some(db), Some(spec)) = (args.next(), args.next()) else {
+        return Err("usage: compile_cost DB WORKLOAD [N]".into());
+    };
+    let n: usize = args.next().map(|s| s.parse()).transpose()?.unwrap_or(64);
+    let w = WorkloadSpec::parse(&spec)?;
+    let dag = w.build()?;
+    let db = Database::open_read_only(&db)?;
+    let target = db
+        .targets_of(&w.canonical())?
+        .into_iter()
+        .next()
+        .ok_or("no records for that workload")?;
+    let mut states: Vec<State> = Vec::new();
+    let records = if std::env::var_os("BEST").is_some() {
+        db.best_k(&w.canonical(), &target, n)?
+    } else {
+        db.records(&w.canonical(), &target)?
+    };
+    for r in records {
+        if r.gflops().is_none() {
+            continue;
+        }
+        if let Ok(s) = Trace::from_json(&r.trace_json).and_then(|t| t.replay(&dag)) {
+            states.push(s);
+        }
+        if states.len() >= n {
+            break;
+        }
+    }
+    println!("{} programs of {}", states.len(), w.canonical());
+    let base = CodegenOptions::default();
+    let variants: Vec<(&str, CodegenOptions)> = vec![
+        ("O3", base.clone()),
+        (
+            "O3-unroll",
+            CodegenOptions {
+                llvm_unroll: false,
+                ..base.clone()
+            },
+        ),
+        (
+            "O3-vec",
+            CodegenOptions {
+                llvm_vectorize: false,
+                ..base.clone()
+            },
+        ),
+        (
+            "O3-both",
+            CodegenOptions {
+                llvm_unroll: false,
+                llvm_vectorize: false,
+                ..base.clone()
+            },
+        ),
+        (
+            "O2-vec",
+            CodegenOptions {
+                pipeline: "default<O2>".into(),
+                llvm_vectorize: false,
+                ..base.clone()
+            },
+        ),
+    ];
+    if std::env::var_os("BREAKDOWN").is_some() {
+        use tensortune::codegen::llvm::emit_llvm_ir;
+        let (mut tl, mut tg, mut to, mut tj) = (0.0, 0.0, 0.0, 0.0);
+        let noopt = CodegenOptions {
+            optimize: false,
+            ..CodegenOptions::default()
+        };
+        for s in &states {
+            let t = Instant::now();
+            let f = tensortune_schedules::lower::lower(s)?;
+            tl += t.elapsed().as_secs_f64();
+            let t = Instant::now();
+            emit_llvm_ir(&f, &noopt)?;
+            tg += t.elapsed().as_secs_f64();
+            let t = Instant::now();
+            emit_llvm_ir(&f, &CodegenOptions::default())?;
+            to += t.elapsed().as_secs_f64();
+            let t = Instant::now();
+            tensortune::Kernel::compile(&f)?;
+            tj += t.elapsed().as_secs_f64();
+        }
+        let k = states.len() as f64 / 1e3;
+        println!(
+            "per program: lower {:.2} ms, IR {:.2} ms, IR+O3 {:.2} ms, IR+O3+JIT {:.2} ms",
+            tl / k,
+            tg / k,
+            to / k,
+            tj / k
+        );
+        return Ok(());
+    }
+    if std::env::var_os("PER_CANDIDATE").is_some() {
+        let mut m = CpuMeasurer::new(tuning_measure_options());
+        let mut rows = Vec::new();
+        for (i, s) in states.iter().enumerate() {
+            let before = m.stats().compile_s;
+            let r = m.measure(&dag, std::slice::from_ref(s));
+            let c = m.stats().compile_s - before;
+            let g = r[0]
+                .as_ref()
+                .map(|t| w.flops() / t.median_s / 1e9)
+                .unwrap_or(0.0);
+            rows.push((c, g, i));
+        }
+        rows.sort_by(|a, b| b.0.total_cmp(&a.0));
+        let total: f64 = rows.iter().map(|r| r.0).sum();
+        for (c, g, i) in &rows {
+            println!("#{i:<3} compile {:>7.1} ms  {g:>6.1} GFLOP/s", c * 1e3);
+        }
+        println!("total compile {total:.2} s");
+        if let Ok(k) = std::env::var("SHOW") {
+            let i: usize = k.parse()?;
+            println!("{}", tensortune_schedules::lower::lower(&states[i])?);
+        }
+        return Ok(());
+    }
+    let mut reference: Option<Vec<f64>> = None;
+    for (name, cg) in variants {
+        let mut m = CpuMeasurer::new(MeasureOptions {
+            codegen: cg,
+            ..tuning_measure_options()
+        });
+        let t0 = Instant::now();
+        let res = m.measure(&dag, &states);
+        let wall = t0.elapsed().as_secs_f64();
+        let times: Vec<f64> = res
+            .iter()
+            .map(|r| r.as_ref().map(|t| t.median_s).unwrap_or(f64::NAN))
+            .collect();
+        let st = m.stats();
+        let rel = match &reference {
+            None => 1.0,
+            Some(r) => {
+                let (mut s, mut k) = (0.0, 0);
+                for (a, b) in r.iter().zip(&times) {
+                    if a.is_finite() && b.is_finite() {
+                        s += (a / b).ln();
+                        k += 1;
+                    }
+                }
+                (s / k.max(1) as f64).exp()
+            }
+        };
+        let finite: Vec<f64> = times.iter().copied().filter(|t| t.is_finite()).collect();
+        let geo = (finite
+            .iter()
+            .map(|t| (w.flops() / t / 1e9).ln())
+            .sum::<f64>()
+            / finite.len().max(1) as f64)
+            .exp();
+        let best = times
+            .iter()
+            .cloned()
+            .filter(|t| t.is_finite())
+            .fold(f64::INFINITY, f64::min);
+        println!(
+            "{name:<8} compile {:>6.2} s ({:>5.1} ms each), run {:>6.2} s, wall {:>6.2} s, speed {:.3}x, geomean {:.1}, best {:.1} GFLOP/s",
+            st.compile_s,
+            1e3 * st.compile_s / states.len().max(1) as f64,
+            st.run_s,
+            wall,
+            rel,
+            geo,
+            w.flops() / best / 1e9
+        );
+        if reference.is_none() {
+            reference = Some(times);
+        }
+    }
+    Ok(())
+}
