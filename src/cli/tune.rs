@@ -98,7 +98,7 @@ pub fn tune(args: &TuneArgs, out: &mut dyn Write) -> Result<(), CliError> {
     let reports = tune_dags(tasks, &target, &opts).map_err(|e| match e {
         TuneError::Records(r) if r.is_user_error() => CliError::Usage(r.to_string()),
         TuneError::Spec(s) => CliError::Usage(s.to_string()),
-        TuneError::Target(t) => CliError::Usage(format!("unknown target `{t}`")),
+        TuneError::Target(t) => CliError::Usage(t.to_string()),
         e => CliError::Internal(e.to_string()),
     })?;
     let io = |e: std::io::Error| CliError::Internal(e.to_string());
@@ -122,14 +122,16 @@ pub fn tune(args: &TuneArgs, out: &mut dyn Write) -> Result<(), CliError> {
         }
         if let Some(r) = reports.first() {
             let p = &r.phases;
-            // Outside running candidates: search, model, compiling and records.
-            let outside = p.total_s - p.run_s;
+            // Outside running candidates: search, model, compiling, checking and records.
+            let running = p.run_s - p.check_s;
+            let outside = p.total_s - running;
             writeln!(
                 out,
-                "tuning took {:.1} s ({:.2} s per trial): running candidates {:.1} s, compiling {:.1} s, search {:.1} s, model {:.1} s, records {:.2} s; {:.0}% outside running candidates",
+                "tuning took {:.1} s ({:.2} s per trial): running candidates {:.1} s, checking them {:.1} s, compiling {:.1} s, search {:.1} s, model {:.1} s, records {:.2} s; {:.0}% outside running candidates",
                 p.total_s,
                 p.total_s / r.trials.max(1) as f64,
-                p.run_s,
+                running,
+                p.check_s,
                 p.compile_s,
                 p.search_s,
                 p.model_s,

@@ -292,6 +292,7 @@ impl Measurer for CpuMeasurer {
             }
             let r = k.and_then(|k| self.run_one(&k, &reference));
             if let Ok(t) = &r {
+                self.stats.check_s += t.check_s;
                 if !t.cut_short && best.map(|b| t.median_s < b).unwrap_or(true) {
                     best = Some(t.median_s);
                 }
@@ -341,6 +342,7 @@ pub(crate) fn measure_one(
     opts: &MeasureOptions,
     rt: &Runtime,
 ) -> MeasureResult {
+    let checking = Instant::now();
     let mut outs = poisoned_outputs(k)?;
     let ins: Vec<&AlignedBuffer> = reference.inputs.iter().collect();
     {
@@ -351,8 +353,11 @@ pub(crate) fn measure_one(
     if opts.check {
         check_outputs(&outs, reference)?;
     }
+    let check_s = checking.elapsed().as_secs_f64();
     let mut out_refs: Vec<&mut AlignedBuffer> = outs.iter_mut().collect();
-    time_kernel(k, rt, &ins, &mut out_refs, opts)
+    let mut t = time_kernel(k, rt, &ins, &mut out_refs, opts)?;
+    t.check_s = check_s;
+    Ok(t)
 }
 
 fn wrong(i: usize, d: f64, tol: f64) -> MeasureError {

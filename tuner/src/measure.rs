@@ -27,6 +27,10 @@ pub struct Timing {
     /// it was timed once, not `repeat` times: `repeats` holds that single time.
     #[serde(default)]
     pub cut_short: bool,
+    /// Seconds of the checked run: the candidate's first run and the comparison of its
+    /// outputs with the reference (0 where the measurer does not report it).
+    #[serde(default)]
+    pub check_s: f64,
 }
 
 impl Timing {
@@ -51,6 +55,7 @@ impl Timing {
             repeats,
             number,
             cut_short: false,
+            check_s: 0.0,
         })
     }
 }
@@ -116,6 +121,8 @@ pub struct MeasureStats {
     pub compile_s: f64,
     /// Running candidates: the checked run, warm-up and timings (and process isolation).
     pub run_s: f64,
+    /// Of `run_s`, the checked runs (see [`Timing::check_s`]).
+    pub check_s: f64,
 }
 
 /// Measures candidate schedules of one workload on some machine.

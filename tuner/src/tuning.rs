@@ -89,6 +89,9 @@ pub struct PhaseTimes {
     pub compile_s: f64,
     /// Of `measure_s`, running candidates: the checked run, warm-up and timings.
     pub run_s: f64,
+    /// Of `run_s`, the checked runs (a candidate's first run and the comparison of its
+    /// outputs with the reference).
+    pub check_s: f64,
     /// Retraining the cost model (features included).
     pub model_s: f64,
     /// Writing records.
@@ -284,12 +287,9 @@ impl<'a> Tuner<'a> {
                 task.measured.insert(fingerprint(&state));
                 task.report.resumed += 1;
                 let latency = r.outcome.timing().map(|t| t.median_s);
-                // Records timed once are the cut-short ones (see above).
-                let cut_short = r.outcome.timing().is_some_and(|t| t.repeats <= 1);
-                if !cut_short {
-                    if let Some(s) = Self::sample_of(&task.input.key, flops, &state, latency) {
-                        self.resumed.push(s);
-                    }
+                // Cut-short records (timed once) are trained on too (see the retraining).
+                if let Some(s) = Self::sample_of(&task.input.key, flops, &state, latency) {
+                    self.resumed.push(s);
                 }
                 if let Some(l) = latency {
                     if let Some(c) = task.space.from_state(&state) {
@@ -474,9 +474,11 @@ impl<'a> Tuner<'a> {
             let new: Vec<Sample> = batch
                 .par_iter()
                 .zip(&results)
-                // A cut-short time is a lower bound shared by every hopeless program: it only
-                // blurs the ranking, so the model learns from full timings and failures.
-                .filter(|(_, r)| !r.as_ref().is_ok_and(|t| t.cut_short))
+                // Cut-short programs are trained on too, with their one (or cut-off) time: that
+                // time is only rough, but it is several times the best, which is what the model
+                // must learn of them. Left out, a workload where most random programs are
+                // hopeless (matmul 1024^3: 217 of 256) never gives the model its warm-up
+                // samples, and the search stays random.
                 .filter_map(|(c, r)| {
                     Self::sample_of(
                         &task.input.key,
@@ -533,6 +535,7 @@ impl<'a> Tuner<'a> {
         let stats = self.measurer.stats();
         phases.compile_s = stats.compile_s - stats0.compile_s;
         phases.run_s = stats.run_s - stats0.run_s;
+        phases.check_s = stats.check_s - stats0.check_s;
         Ok(TuneSummary {
             tasks: tasks.into_iter().map(|t| t.report).collect(),
             phases,
