@@ -18,6 +18,11 @@
 //! `taskset -c 1 cargo bench --bench search` (summary only: `-- --summary-only`).
 
 use criterion::Criterion;
+
+/// The allocator the `tensortune` binary uses.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
@@ -35,6 +40,11 @@ use tensortune_tuner::search::{Scorer, SearchSpace};
 use tensortune_tuner::simulate::SimulatedMeasurer;
 
 const SPEC: &str = "matmul:M=512,N=512,K=512";
+
+/// The workload: `SPEC`, or the one in the environment variable `TT_SEARCH_SPEC`.
+fn spec() -> String {
+    std::env::var("TT_SEARCH_SPEC").unwrap_or_else(|_| SPEC.to_string())
+}
 const POPULATION: usize = 2048;
 /// The measured batch the round proposes; the tuner's default batch size.
 const BATCH: usize = 64;
@@ -93,7 +103,7 @@ struct Setup {
 }
 
 fn setup() -> Setup {
-    let spec = WorkloadSpec::parse(SPEC).expect("spec");
+    let spec = WorkloadSpec::parse(&spec()).expect("spec");
     let dag = spec.build().expect("dag");
     let opts = TuneOptions {
         generations: 1,
@@ -171,8 +181,9 @@ fn bench(c: &mut Criterion, s: &Setup) {
 fn summary(s: &Setup) {
     let threads = rayon::current_num_threads();
     println!(
-        "\none search generation, {SPEC}: {POPULATION} programs scored, batch of {BATCH} \
-         ({threads} rayon thread(s))"
+        "\none search generation, {}: {POPULATION} programs scored, batch of {BATCH} \
+         ({threads} rayon thread(s))",
+        spec()
     );
     for (name, model) in [
         ("random model", &s.random as &dyn CostModel),

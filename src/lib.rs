@@ -7,7 +7,13 @@
 //! - [`measure`]: [`measure::CpuMeasurer`], the tuner's `Measurer` for this CPU;
 //! - [`tune`](mod@tune): [`tune()`], the entry point of tuning, and its report;
 //! - [`build`]: compile-time reuse of records (a static library and safe wrappers);
-//! - [`cli`]: the `tensortune` command line.
+//! - [`cli`]: the `tensortune` command line;
+//! - [`Target`]: where kernels run, and the key of their records.
+//!
+//! Cargo features: `tuning` (on by default) brings the tuning loop ([`tune()`], the
+//! cost model, which builds XGBoost's C++) and the command line. Without it the crate still
+//! compiles, runs and emits tuned records (`Kernel::from_records`, [`build`], [`codegen`],
+//! [`measure`]): what a `build.rs` that reuses records needs, at a fraction of the build.
 //!
 //! The README's example is compiled as a doctest (`ReadmeDoctests`, under `cfg(doctest)`).
 pub use tensortune_records as records;
@@ -15,19 +21,24 @@ pub use tensortune_schedules as schedules;
 pub use tensortune_tuner as tuner;
 
 pub mod build;
+#[cfg(feature = "tuning")]
 pub mod cli;
 pub mod codegen;
 pub mod kernel;
 pub mod measure;
 pub mod runtime;
+pub mod target;
+#[cfg(feature = "tuning")]
 pub mod tune;
 
 pub use build::{Missing, ReuseError};
 pub use kernel::{BuildError, Kernel, ParamSpec, RunError};
+pub use target::{Target, UnknownTarget};
 pub use tensortune_tuner::TuneOptions;
-pub use tune::{tune, tune_dags, Target, TuneError, TuneReport};
+#[cfg(feature = "tuning")]
+pub use tune::{tune, tune_dags, TuneError, TuneReport};
 
 /// The README's code, compiled by `cargo test --doc` so the example it shows stays true.
 #[doc = include_str!("../README.md")]
-#[cfg(doctest)]
+#[cfg(all(doctest, feature = "tuning"))]
 pub struct ReadmeDoctests;

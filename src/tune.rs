@@ -5,9 +5,10 @@
 //! are re-measured, interleaved, each in a fresh forked process, and the report gives the
 //! re-measured figure: a best that only held up during tuning is not a best.
 
-use crate::codegen::{CodegenOptions, HostTarget};
+use crate::codegen::CodegenOptions;
 use crate::kernel::Kernel;
 use crate::measure::{CpuMeasurer, MeasureOptions};
+pub use crate::target::{Target, UnknownTarget};
 use serde::Serialize;
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -21,61 +22,12 @@ use tensortune_schedules::ComputeDag;
 use tensortune_tuner::tuning::{Observer, PhaseTimes, RoundInfo, Silent, TaskInput, Tuner};
 use tensortune_tuner::TuneOptions;
 
-/// Where kernels run.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Target {
-    /// The host CPU through LLVM, with this many threads for parallel loops.
-    Llvm {
-        /// Worker threads (1: serial).
-        threads: usize,
-    },
-}
-
-impl Target {
-    /// The host CPU with `threads` threads.
-    pub fn host(threads: usize) -> Target {
-        Target::Llvm {
-            threads: threads.max(1),
-        }
-    }
-
-    /// Parses `llvm` or `llvm -threads=N` (what the CLI's `--target` takes).
-    pub fn parse(s: &str, threads: usize) -> Result<Target, TuneError> {
-        let mut parts = s.split_whitespace();
-        match parts.next() {
-            Some("llvm") => {
-                let mut t = threads;
-                for p in parts {
-                    if let Some(v) = p.strip_prefix("-threads=") {
-                        t = v.parse().map_err(|_| TuneError::Target(s.to_string()))?;
-                    }
-                }
-                Ok(Target::host(t))
-            }
-            _ => Err(TuneError::Target(s.to_string())),
-        }
-    }
-
-    /// The key records are filed under, naming the CPU model and features.
-    pub fn key(&self) -> String {
-        match self {
-            Target::Llvm { threads } => HostTarget::host().key(*threads),
-        }
-    }
-
-    fn threads(&self) -> usize {
-        match self {
-            Target::Llvm { threads } => *threads,
-        }
-    }
-}
-
 /// Why tuning failed (failed candidates are not failures of the run).
 #[derive(Debug, thiserror::Error)]
 pub enum TuneError {
     /// An unknown target.
-    #[error("unknown target `{0}`: expected `llvm` or `llvm -threads=N`")]
-    Target(String),
+    #[error(transparent)]
+    Target(#[from] UnknownTarget),
     /// A bad workload spec.
     #[error(transparent)]
     Spec(#[from] tensortune_schedules::ops::SpecError),

@@ -9,6 +9,11 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use tensortune::cli::{self, CliError};
 
+/// mimalloc: lowering and the search allocate many small expression nodes, and glibc's malloc
+/// took about half of the search's time (see `benches/search.rs`).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Search-based schedule tuning for tensor programs.
 #[derive(Debug, Parser)]
 #[command(name = "tensortune", version, about, propagate_version = true)]

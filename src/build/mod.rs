@@ -51,6 +51,7 @@ pub mod rust_module;
 mod rt_tests;
 
 pub use archive::{write as write_archive, Member};
+#[cfg(feature = "tuning")]
 pub(crate) use choose::choose_named;
 pub use choose::{choose, Choice, Missing, ReuseOptions, ReuseWarning, Source};
 pub use error::ReuseError;

@@ -5,7 +5,8 @@
 //! - [`sketch`]: sketch rules on the DAG (traces with holes) and random annotation;
 //! - [`mutate`]: the mutators of decisions;
 //! - [`search`]: the evolutionary search ranked by a cost model;
-//! - [`tuning`]: the tuning loop (search, measure, record, retrain) and resume;
+//! - `tuning`: the tuning loop (search, measure, record, retrain) and resume, with the
+//!   cost model (feature `model`, on by default);
 //! - [`scheduler`]: the task scheduler for several workloads;
 //! - [`measure`]: the [`Measurer`] trait; [`simulate`]: a measurer with a known optimum;
 //! - [`options`]: [`TuneOptions`], every knob in one place.
@@ -17,6 +18,7 @@ pub mod scheduler;
 pub mod search;
 pub mod simulate;
 pub mod sketch;
+#[cfg(feature = "model")]
 pub mod tuning;
 
 pub use measure::{MeasureError, MeasureErrorKind, MeasureResult, MeasureStats, Measurer, Timing};
