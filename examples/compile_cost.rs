@@ -90,6 +90,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             },
         ),
     ];
+    if std::env::var_os("DUPLICATES").is_some() {
+        let mut seen = std::collections::HashSet::new();
+        for s in &states {
+            seen.insert(tensortune_schedules::lower::lower(s)?.to_string());
+        }
+        println!(
+            "{} programs, {} distinct loop IRs",
+            states.len(),
+            seen.len()
+        );
+        return Ok(());
+    }
     if std::env::var_os("BREAKDOWN").is_some() {
         use tensortune::codegen::llvm::emit_llvm_ir;
         let (mut tl, mut tg, mut to, mut tj) = (0.0, 0.0, 0.0, 0.0);

@@ -22,7 +22,9 @@ pub(super) fn run_forked(
     }
     let (rd, wr) = (fds[0], fds[1]);
     // SAFETY: the child only runs `child_main`, which touches no lock another thread of the
-    // parent could hold except the allocator's, which glibc resets in the child; it then
+    // parent could hold except the allocator's: glibc's malloc resets its locks in the child,
+    // and mimalloc (the `tensortune` binary's) gives each thread its own heap, which here is
+    // the forking thread's (the rayon workers are idle while candidates run). The child then
     // leaves with `_exit`, running no destructors or atexit handlers of the parent.
     let pid = unsafe { libc::fork() };
     if pid < 0 {

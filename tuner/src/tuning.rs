@@ -385,9 +385,27 @@ impl<'a> Tuner<'a> {
             let mut scorer = ModelScorer {
                 model: self.model.as_ref(),
             };
-            let batch =
-                task.space
-                    .propose(&mut scorer, &task.measured, &seeds, n, &self.opts, &mut rng);
+            // A model that has learnt nothing yet ranks no better than chance: evolving a
+            // population by its scores would only cost time, so the batch is a random sample.
+            let uninformed;
+            let search_opts = if self.model.is_informed() {
+                &self.opts
+            } else {
+                uninformed = TuneOptions {
+                    population: n,
+                    generations: 1,
+                    ..self.opts.clone()
+                };
+                &uninformed
+            };
+            let batch = task.space.propose(
+                &mut scorer,
+                &task.measured,
+                &seeds,
+                n,
+                search_opts,
+                &mut rng,
+            );
             phases.search_s += t.elapsed().as_secs_f64();
             if batch.is_empty() {
                 task.status.done = true;

@@ -374,6 +374,11 @@ impl CostModel for GbdtModel {
         Ok(())
     }
 
+    /// Informed once trained (before, its scores are the warm-up random model's).
+    fn is_informed(&self) -> bool {
+        self.is_trained()
+    }
+
     /// Sums the trees' scores of each program's rows (0.0 for a program without stores);
     /// random scores while untrained.
     fn predict(&self, programs: &[ProgramFeatures]) -> Result<Vec<f64>, ModelError> {

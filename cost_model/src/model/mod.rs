@@ -40,6 +40,13 @@ pub trait CostModel: Send {
     /// One score per program, in order; higher is better. Scores are only comparable among
     /// programs of one workload.
     fn predict(&self, programs: &[ProgramFeatures]) -> Result<Vec<f64>, ModelError>;
+
+    /// Whether the scores carry information: false for a model that has learnt nothing yet
+    /// (a GBDT model before its warm-up) or never will (the random model), whose ranking is
+    /// no better than random sampling, so a search need not spend time ranking with it.
+    fn is_informed(&self) -> bool {
+        true
+    }
 }
 
 /// Checks that every throughput is finite and non-negative.

@@ -34,6 +34,10 @@ impl CostModel for RandomModel {
         validate(samples)
     }
 
+    fn is_informed(&self) -> bool {
+        false
+    }
+
     fn predict(&self, programs: &[ProgramFeatures]) -> Result<Vec<f64>, ModelError> {
         let mut rng = self.rng.borrow_mut();
         Ok(programs.iter().map(|_| rng.gen::<f64>()).collect())
