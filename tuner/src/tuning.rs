@@ -487,27 +487,33 @@ impl<'a> Tuner<'a> {
             }
             phases.records_s += t.elapsed().as_secs_f64();
 
-            // Retrain.
+            // Retrain, unless this was the budget's last batch: no search would use the model
+            // (at 256 trials, the last training is the longest of four).
             let t = Instant::now();
-            let new: Vec<Sample> = batch
-                .par_iter()
-                .zip(&results)
-                // Cut-short programs are trained on too, with their one (or cut-off) time: that
-                // time is only rough, but it is several times the best, which is what the model
-                // must learn of them. Left out, a workload where most random programs are
-                // hopeless (matmul 1024^3: 217 of 256) never gives the model its warm-up
-                // samples, and the search stays random.
-                .filter_map(|(c, r)| {
-                    Self::sample_of(
-                        &task.input.key,
-                        task.flops,
-                        &c.state,
-                        r.as_ref().ok().map(|t| t.median_s),
-                    )
-                })
-                .collect();
+            // Cut-short programs are trained on too, with their one (or cut-off) time: that time
+            // is only rough, but it is several times the best, which is what the model must
+            // learn of them. Left out, a workload where most random programs are hopeless
+            // (matmul 1024^3: 217 of 256) never gives the model its warm-up samples, and the
+            // search stays random.
+            let last = done_trials + batch.len() >= self.opts.trials;
+            let new: Vec<Sample> = if last {
+                Vec::new()
+            } else {
+                batch
+                    .par_iter()
+                    .zip(&results)
+                    .filter_map(|(c, r)| {
+                        Self::sample_of(
+                            &task.input.key,
+                            task.flops,
+                            &c.state,
+                            r.as_ref().ok().map(|t| t.median_s),
+                        )
+                    })
+                    .collect()
+            };
             // A model that cannot learn from a batch (all failed, say) keeps ranking as before.
-            if self.model.update(&new).is_ok() {
+            if !last && self.model.update(&new).is_ok() {
                 self.trained_on += new.len();
             }
             phases.model_s += t.elapsed().as_secs_f64();
@@ -561,7 +567,8 @@ impl<'a> Tuner<'a> {
         })
     }
 
-    /// How many samples the model has learned from in this run.
+    /// How many samples the model has learned from in this run (the budget's last batch is
+    /// not trained on: no search follows it).
     pub fn trained_on(&self) -> usize {
         self.trained_on
     }
