@@ -386,13 +386,14 @@ impl<'a> Tuner<'a> {
                 model: self.model.as_ref(),
             };
             // A model that has learnt nothing yet ranks no better than chance: evolving a
-            // population by its scores would only cost time, so the batch is a random sample.
+            // population by its scores would only cost time, so the batch is a random sample
+            // (drawn from 4n programs, so that repeats and measured ones still leave n).
             let uninformed;
             let search_opts = if self.model.is_informed() {
                 &self.opts
             } else {
                 uninformed = TuneOptions {
-                    population: n,
+                    population: (4 * n).min(self.opts.population.max(n)),
                     generations: 1,
                     ..self.opts.clone()
                 };
