@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The main job: set-up, build, then tune a workload on this CPU (one thread) into tuning.db
-# and print the result and where the records are.
+# and print the result and where the records are (256 trials: about a minute once built).
 #   bash scripts/tune.sh [SPEC] [TRIALS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 spec="${1:-matmul:M=512,N=512,K=512}"
-trials="${2:-64}"
+trials="${2:-256}"
 bash scripts/setup.sh
 # `cargo run` puts the XGBoost library cargo built on the loader's path.
 cargo run --release --bin tensortune -- tune --workload "$spec" --trials "$trials" --threads 1 --db tuning.db
