@@ -38,12 +38,16 @@ use tensortune_schedules::ir::LoweredFunc;
 
 /// LLVM options every compilation in this process runs with, set once, before the first.
 ///
-/// `-unroll-threshold=100` (O3's default is 300): LLVM's own unroller only sees the loops a
-/// schedule left rolled, and at 300 it unrolled big loop nests of poor candidates into bodies
-/// that took up to a second to compile. Measured on conv2d's 256 tuning candidates: compile
-/// time halved, and the search, which controls unrolling itself (`auto_unroll`), then found as
-/// fast programs (see `examples/compile_cost.rs`).
-pub const LLVM_ARGS: &[&str] = &["-unroll-threshold=100"];
+/// - `-unroll-threshold=100` (O3's default is 300): LLVM's own unroller only sees the loops a
+///   schedule left rolled, and at 300 it unrolled big loop nests of poor candidates into
+///   bodies that took up to a second to compile. Measured on conv2d's 256 tuning candidates:
+///   compile time halved, and the search, which controls unrolling itself (`auto_unroll`),
+///   then found as fast programs (see `examples/compile_cost.rs`).
+/// - `-post-RA-scheduler=false`: the list scheduler after register allocation, which the
+///   out-of-order cores we target hardly need; without it conv2d's candidates compiled in
+///   0.9x the time, and the best programs of conv2d and matmul ran as fast (geometric mean
+///   within 3%, the noise of the machine).
+pub const LLVM_ARGS: &[&str] = &["-unroll-threshold=100", "-post-RA-scheduler=false"];
 
 /// Registers the x86 target and sets the process's LLVM options ([`LLVM_ARGS`], then any in
 /// the environment variable `TENSORTUNE_LLVM_ARGS`, split at whitespace), once per process.
