@@ -496,11 +496,8 @@ impl<'a> Tuner<'a> {
             // learn of them. Left out, a workload where most random programs are hopeless
             // (matmul 1024^3: 217 of 256) never gives the model its warm-up samples, and the
             // search stays random.
-            let last = done_trials + batch.len() >= self.opts.trials;
-            let new: Vec<Sample> = if last {
-                Vec::new()
-            } else {
-                batch
+            if done_trials + batch.len() < self.opts.trials {
+                let new: Vec<Sample> = batch
                     .par_iter()
                     .zip(&results)
                     .filter_map(|(c, r)| {
@@ -511,11 +508,12 @@ impl<'a> Tuner<'a> {
                             r.as_ref().ok().map(|t| t.median_s),
                         )
                     })
-                    .collect()
-            };
-            // A model that cannot learn from a batch (all failed, say) keeps ranking as before.
-            if !last && self.model.update(&new).is_ok() {
-                self.trained_on += new.len();
+                    .collect();
+                // A model that cannot learn from a batch (all failed, say) keeps ranking as
+                // before.
+                if self.model.update(&new).is_ok() {
+                    self.trained_on += new.len();
+                }
             }
             phases.model_s += t.elapsed().as_secs_f64();
 
