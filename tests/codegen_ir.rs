@@ -2,6 +2,7 @@
 //! and the heap, intrinsics and dtypes, checked against the loop-IR interpreter (and, where
 //! simple, against values computed here).
 
+use tensortune::codegen::CodegenOptions;
 use tensortune::runtime::{AlignedBuffer, Runtime};
 use tensortune::{Kernel, RunError};
 use tensortune_schedules::data::{Data, NdData};
@@ -515,5 +516,135 @@ fn vector_exp_edges() {
             || ((want - y).abs() / want.abs().max(1e-30)) < 4e-7
             || (want.abs() < 1e-37 && y.abs() < 1e-37);
         assert!(ok, "exp({x}) = {y}, libm {want}");
+    }
+}
+
+/// `C[i, j] = A[i, j] * 2 + T[j]` over `rows x w`, `j` vectorized, through a temporary row
+/// `T[j] = B[i, j]` of `scope` (so both main-memory and stack accesses of `w` lanes occur).
+fn rows_op(rows: i64, w: i64, dtype: DType, scope: Scope) -> LoweredFunc {
+    let mut b = Builder::new();
+    let a = b.input("A", dtype, &[rows, w]);
+    let bb = b.input("B", dtype, &[rows, w]);
+    let c = b.output("C", dtype, &[rows, w]);
+    let t = b.buf("T", dtype, &[w], BufKind::Temp, scope);
+    let (i, j, j2) = (b.var("i"), b.var("j"), b.var("j2"));
+    let at = |j: &Var| add(mul(v(&i), int(w)), v(j));
+    let two = match dtype {
+        DType::F32 => Expr::f32(2.0),
+        DType::F64 => Expr::f64(2.0),
+        _ => Expr::i32(2),
+    };
+    let fill = for_(
+        &j,
+        w,
+        ForKind::Vectorized,
+        st(t, v(&j), ld(bb, dtype, at(&j))),
+    );
+    let out = for_(
+        &j2,
+        w,
+        ForKind::Vectorized,
+        st(
+            c,
+            at(&j2),
+            add(mul(ld(a, dtype, at(&j2)), two), ld(t, dtype, v(&j2))),
+        ),
+    );
+    let body = Stmt::Allocate {
+        buf: t,
+        body: Box::new(Stmt::seq(vec![fill, out])),
+    };
+    b.finish("rows_op", for_(&i, rows, ForKind::Serial, body))
+}
+
+#[test]
+fn padded_vector_accesses_match() {
+    for w in [3, 7, 14, 16, 28, 56] {
+        for dtype in [DType::F32, DType::F64, DType::I32] {
+            for scope in [Scope::Local, Scope::Global] {
+                let f = rows_op(5, w, dtype, scope);
+                let d = jit_vs_interp(&f, 1, 11);
+                assert!(d < 1e-6, "w={w} {dtype} {scope:?}: {d}");
+            }
+        }
+    }
+}
+
+#[test]
+fn non_power_of_two_lanes_in_main_memory_are_one_masked_access() {
+    let host = tensortune::codegen::HostTarget::host();
+    if !(host.has_feature("avx512f") && host.has_feature("avx512vl")) {
+        eprintln!("skipped: host {} has no AVX-512 masks", host.cpu);
+        return;
+    }
+    let raw = CodegenOptions {
+        optimize: false,
+        ..CodegenOptions::default()
+    };
+    let f = rows_op(4, 14, DType::F32, Scope::Local);
+    let ir = tensortune::codegen::llvm::emit_llvm_ir(&f, &raw).expect("ir");
+    // A and B loaded and C stored as 16 lanes under a mask; T (a stack row) exactly.
+    assert_eq!(
+        ir.matches("call <16 x float> @llvm.masked.load.v16f32")
+            .count(),
+        2,
+        "{ir}"
+    );
+    assert_eq!(
+        ir.matches("call void @llvm.masked.store.v16f32").count(),
+        1,
+        "{ir}"
+    );
+    assert!(ir.contains("store <14 x float>"), "{ir}");
+    let exact = CodegenOptions {
+        padded_vectors: false,
+        ..raw
+    };
+    let ir = tensortune::codegen::llvm::emit_llvm_ir(&f, &exact).expect("ir");
+    assert!(!ir.contains("masked"), "{ir}");
+}
+
+/// `for o in 0..8 { for i in 0..inner { C[o, i] = A[o, i] + 1 } }`.
+fn nest(inner: i64, inner_kind: ForKind) -> LoweredFunc {
+    let mut b = Builder::new();
+    let a = b.input("A", DType::F32, &[8, inner]);
+    let c = b.output("C", DType::F32, &[8, inner]);
+    let (o, i) = (b.var("o"), b.var("i"));
+    let at = add(mul(v(&o), int(inner)), v(&i));
+    let body = st(c, at.clone(), add(ld(a, DType::F32, at), Expr::f32(1.0)));
+    b.finish(
+        "nest",
+        for_(&o, 8, ForKind::Serial, for_(&i, inner, inner_kind, body)),
+    )
+}
+
+#[test]
+fn llvm_does_not_unroll_loops_around_long_loops() {
+    let raw = CodegenOptions {
+        optimize: false,
+        ..CodegenOptions::default()
+    };
+    let marked = |f: &LoweredFunc, opts: &CodegenOptions| {
+        let ir = tensortune::codegen::llvm::emit_llvm_ir(f, opts).expect("ir");
+        assert_eq!(
+            ir.matches("!llvm.loop").count(),
+            ir.matches("llvm.loop.unroll.disable").count(),
+            "{ir}"
+        );
+        ir.matches("!llvm.loop").count()
+    };
+    // Only the outer loop, and only around a rolled loop of more than 16 iterations.
+    assert_eq!(marked(&nest(28, ForKind::Serial), &raw), 1);
+    assert_eq!(marked(&nest(16, ForKind::Serial), &raw), 0);
+    assert_eq!(marked(&nest(28, ForKind::Unrolled), &raw), 0);
+    assert_eq!(marked(&nest(28, ForKind::Vectorized), &raw), 0);
+    let unlimited = CodegenOptions {
+        llvm_unroll_max_inner: i64::MAX,
+        ..raw
+    };
+    assert_eq!(marked(&nest(28, ForKind::Serial), &unlimited), 0);
+    for inner in [16, 28] {
+        let d = jit_vs_interp(&nest(inner, ForKind::Serial), 1, 2);
+        assert!(d < 1e-6, "inner={inner}: {d}");
     }
 }

@@ -400,10 +400,39 @@ impl<'ctx> Gen<'ctx, '_> {
             i64t.const_int(extent as u64, true),
             "more",
         )?;
-        self.b.build_conditional_branch(more, header, exit)?;
+        let br = self.b.build_conditional_branch(more, header, exit)?;
+        if contains_rolled_loop(body, self.opts.llvm_unroll_max_inner) {
+            self.disable_unroll(br);
+        }
         self.b.position_at_end(exit);
         self.bind_var(var, None);
         Ok(())
+    }
+
+    /// Marks the loop whose latch branch is `br` with `llvm.loop.unroll.disable`.
+    fn disable_unroll(&mut self, br: inkwell::values::InstructionValue<'ctx>) {
+        use inkwell::llvm_sys::core::{
+            LLVMGetMDKindIDInContext, LLVMMDNodeInContext2, LLVMMDStringInContext2,
+            LLVMMetadataAsValue, LLVMSetMetadata,
+        };
+        use inkwell::llvm_sys::debuginfo::{LLVMMetadataReplaceAllUsesWith, LLVMTemporaryMDNode};
+        use inkwell::values::AsValueRef;
+        let cx = self.cx.raw();
+        const DISABLE: &str = "llvm.loop.unroll.disable";
+        const LOOP: &str = "llvm.loop";
+        // SAFETY: every reference comes from this context; the temporary node is replaced
+        // (and so freed) before the metadata is attached.
+        unsafe {
+            let s = LLVMMDStringInContext2(cx, DISABLE.as_ptr().cast(), DISABLE.len());
+            let mut one = [s];
+            let opt = LLVMMDNodeInContext2(cx, one.as_mut_ptr(), 1);
+            let tmp = LLVMTemporaryMDNode(cx, std::ptr::null_mut(), 0);
+            let mut ops = [tmp, opt];
+            let id = LLVMMDNodeInContext2(cx, ops.as_mut_ptr(), 2);
+            LLVMMetadataReplaceAllUsesWith(tmp, id);
+            let kind = LLVMGetMDKindIDInContext(cx, LOOP.as_ptr().cast(), LOOP.len() as u32);
+            LLVMSetMetadata(br.as_value_ref(), kind, LLVMMetadataAsValue(cx, id));
+        }
     }
 
     fn vector_loop(&mut self, var: &Var, lanes: u32, body: &Stmt) -> Res<()> {
@@ -743,7 +772,10 @@ impl<'ctx> Gen<'ctx, '_> {
         let more = self
             .b
             .build_int_compare(IntPredicate::SLT, next, end, "more")?;
-        self.b.build_conditional_branch(more, header, exit)?;
+        let br = self.b.build_conditional_branch(more, header, exit)?;
+        if contains_rolled_loop(body, self.opts.llvm_unroll_max_inner) {
+            self.disable_unroll(br);
+        }
         self.b.position_at_end(exit);
         self.bind_var(var, None);
         Ok(())
@@ -797,4 +829,18 @@ impl<'ctx> Gen<'ctx, '_> {
             }
         })
     }
+}
+
+/// True if `body` holds a loop that stays a loop in the emitted code (neither unrolled nor
+/// vectorized by us) with more than `limit` iterations.
+fn contains_rolled_loop(body: &Stmt, limit: i64) -> bool {
+    let mut found = false;
+    body.visit(&mut |s| {
+        if let Stmt::For { extent, kind, .. } = s {
+            if !matches!(kind, ForKind::Unrolled | ForKind::Vectorized) && *extent > limit {
+                found = true;
+            }
+        }
+    });
+    found
 }

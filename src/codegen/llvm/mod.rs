@@ -13,6 +13,11 @@
 //!   are broadcast, any other access a gather or scatter; an `If` whose condition varies across
 //!   lanes becomes a mask on the loads and stores under it. A body whose lanes could see one
 //!   another's stores (a reduction over the vectorized axis) is compiled as a serial loop.
+//!   On AVX-512 hosts a contiguous access of a non-power-of-two lane count to main memory is
+//!   one masked access of the next power of two lanes ([`CodegenOptions::padded_vectors`]).
+//! - LLVM's unroller may unroll the loops left rolled, except a loop around a rolled loop
+//!   of more than [`CodegenOptions::llvm_unroll_max_inner`] iterations, which carries
+//!   `llvm.loop.unroll.disable`: unrolling it would only copy a loop nest.
 //! - `local`/`shared` temporaries up to [`CodegenOptions::max_stack_alloc_bytes`] are 64-byte
 //!   aligned stack arrays; the others come from `rt->alloc`.
 //! - Every function carries the host's `target-cpu`/`target-features` and, on AVX-512 hosts,

@@ -199,6 +199,9 @@ impl<'ctx> Gen<'ctx, '_> {
                 let base = self.at_lane0(index)?;
                 let p = self.gep(buf, elem, base)?;
                 match ctx.mask {
+                    None if self.padded_lanes(buf, dtype, ctx.lanes)?.is_some() => {
+                        self.padded_load(p, elem, dtype, ctx.lanes)?
+                    }
                     None => {
                         let v = self.b.build_load(vty, p, "vld")?;
                         if let Some(i) = v.as_instruction_value() {
@@ -233,6 +236,98 @@ impl<'ctx> Gen<'ctx, '_> {
             }
         };
         self.loaded_value(v, dtype)
+    }
+
+    /// The register width `W` in lanes for an unmasked contiguous access of `lanes` elements
+    /// of `buf`, when it should be one masked `<W x T>` access instead of an exact one:
+    /// `lanes` is not a power of two, the host has AVX-512 masks, the elements are 4 or 8
+    /// bytes, and `buf` is in main memory. LLVM splits an exact `<14 x float>` load into three
+    /// loads and two inserts (and instruction selection spends its time doing so), where one
+    /// masked load does. Stack temporaries keep exact accesses: LLVM keeps those in
+    /// registers across loops (register tiles), which it cannot do for masked accesses.
+    fn padded_lanes(&self, buf: BufId, dtype: DType, lanes: u32) -> Res<Option<u32>> {
+        let ok = self.opts.padded_vectors
+            && !lanes.is_power_of_two()
+            && matches!(self.mem_bytes(dtype), 4 | 8)
+            && self.decl(buf)?.scope == tensortune_schedules::ir::Scope::Global
+            && self.host.has_feature("avx512f")
+            && self.host.has_feature("avx512vl");
+        Ok(ok.then(|| lanes.next_power_of_two()))
+    }
+
+    /// `<W x i1>` with the first `lanes` lanes set.
+    fn lane_prefix_mask(&self, lanes: u32, w: u32) -> VectorValue<'ctx> {
+        let b = self.cx.bool_type();
+        let bits: Vec<IntValue> = (0..w)
+            .map(|l| b.const_int((l < lanes) as u64, false))
+            .collect();
+        inkwell::types::VectorType::const_vector(&bits)
+    }
+
+    /// Shuffle indices `0..lanes`, padded with undefined lanes to `to` lanes.
+    fn prefix_indices(&self, lanes: u32, to: u32) -> VectorValue<'ctx> {
+        let i32t = self.cx.i32_type();
+        let ix: Vec<IntValue> = (0..to)
+            .map(|l| {
+                if l < lanes {
+                    i32t.const_int(l as u64, false)
+                } else {
+                    i32t.get_undef()
+                }
+            })
+            .collect();
+        inkwell::types::VectorType::const_vector(&ix)
+    }
+
+    /// `<lanes x T>` from `p` as one masked `<W x T>` load (see [`Self::padded_lanes`]).
+    fn padded_load(
+        &mut self,
+        p: PointerValue<'ctx>,
+        elem: BasicTypeEnum<'ctx>,
+        dtype: DType,
+        lanes: u32,
+    ) -> Res<V<'ctx>> {
+        let w = lanes.next_power_of_two();
+        let wty = elem.vec_type_of(w)?;
+        let align = self.cx.i32_type().const_int(self.mem_bytes(dtype), false);
+        let ptr_ty = self.cx.ptr_type(AddressSpace::default()).into();
+        let mask = self.lane_prefix_mask(lanes, w);
+        let wide = self
+            .intrinsic(
+                "llvm.masked.load",
+                &[wty.into(), ptr_ty],
+                &[p.into(), align.into(), mask.into(), wty.const_zero().into()],
+            )?
+            .into_vector_value();
+        let ix = self.prefix_indices(lanes, lanes);
+        Ok(self
+            .b
+            .build_shuffle_vector(wide, wty.get_undef(), ix, "vld")?
+            .into())
+    }
+
+    /// Stores `<lanes x T>` at `p` as one masked `<W x T>` store (see [`Self::padded_lanes`]).
+    fn padded_store(
+        &mut self,
+        p: PointerValue<'ctx>,
+        v: VectorValue<'ctx>,
+        dtype: DType,
+    ) -> Res<()> {
+        let lanes = v.get_type().get_size();
+        let w = lanes.next_power_of_two();
+        let align = self.cx.i32_type().const_int(self.mem_bytes(dtype), false);
+        let ptr_ty = self.cx.ptr_type(AddressSpace::default()).into();
+        let ix = self.prefix_indices(lanes, w);
+        let wide = self
+            .b
+            .build_shuffle_vector(v, v.get_type().get_undef(), ix, "vst")?;
+        let mask = self.lane_prefix_mask(lanes, w);
+        self.intrinsic(
+            "llvm.masked.store",
+            &[wide.get_type().into(), ptr_ty],
+            &[wide.into(), p.into(), align.into(), mask.into()],
+        )?;
+        Ok(())
     }
 
     fn gep(
@@ -302,6 +397,9 @@ impl<'ctx> Gen<'ctx, '_> {
                 let base = self.at_lane0(index)?;
                 let p = self.gep(buf, elem, base)?;
                 match ctx.mask {
+                    None if self.padded_lanes(buf, dtype, ctx.lanes)?.is_some() => {
+                        self.padded_store(p, v, dtype)?;
+                    }
                     None => {
                         let st = self.b.build_store(p, v)?;
                         st.set_alignment(self.mem_bytes(dtype) as u32)
