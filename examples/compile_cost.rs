@@ -8,9 +8,14 @@
 //! program I's loop IR); `BREAKDOWN=1` splits the time per program into lowering, LLVM IR,
 //! the O3 pipeline and machine code. Process-wide LLVM options (the unroll threshold, say)
 //! are compared by running it twice with different `TENSORTUNE_LLVM_ARGS`.
+//! `COMPILE_ONLY=1` only compiles (and times) the programs; `ONLY=I` keeps program I alone;
+//! `EMIT=raw|llvm|asm` prints its unoptimized IR, optimized IR or assembly (for `opt`/`llc
+//! -time-passes`); `VARIANT=NAME` runs one setting; `PIPELINE` and `CODEGEN_LEVEL` change
+//! the base setting.
 //!
-//! The settings: `O3` (what tuning uses), `O3-unroll` (LLVM's unroller off), `O2`, and `lean`,
-//! a short function pipeline (or the one in `LEAN`, in `opt -passes=` syntax).
+//! The settings: `O3` (what tuning uses), `O3-unroll` (LLVM's unroller off), `O3-nest` (LLVM
+//! may also unroll loops around long loops), `exact` (no padded masked vectors), `O2`, and
+//! `lean`, a short function pipeline (or the one in `LEAN`, in `opt -passes=` syntax).
 //!
 //! What it showed on conv2d's tuning candidates (one core, AMD EPYC znver5): LLVM's own
 //! unrolling is most of the compile time (off: 3x faster compiles, 0.78x the speed), dominated
@@ -19,6 +24,12 @@
 //! conv2d run, O2 is as fast as O3 and compiles in the same time, the lean pipeline compiles in
 //! 0.7x the time but runs at 0.57x the speed, and unrolling off at 0.46x: the fast programs
 //! are big unrolled bodies, and most of their compile time is LLVM working through them.
+//! A third of conv2d's candidates then still took 120-140 ms: LLVM fully unrolled a copy-out
+//! loop around a 28-iteration loop, and loop strength reduction on the copies took 60 ms
+//! (`llc -time-passes`). Marking loops around long loops `llvm.loop.unroll.disable`
+//! (`CodegenOptions::llvm_unroll_max_inner`) compiled the 256 candidates in 0.70x the time
+//! at the same speed of the best 48 conv2d and best 32 matmul programs. Lowering the
+//! threshold instead (to 0-50) compiled as fast but lost 5-25% of the best programs' speed.
 
 use std::time::Instant;
 use tensortune::codegen::CodegenOptions;
@@ -61,8 +72,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             break;
         }
     }
+    if let Ok(k) = std::env::var("ONLY") {
+        let i: usize = k.parse()?;
+        states = states.get(i).cloned().into_iter().collect();
+    }
     println!("{} programs of {}", states.len(), w.canonical());
-    let base = CodegenOptions::default();
+    let mut base = CodegenOptions::default();
+    if let Ok(p) = std::env::var("PIPELINE") {
+        base.pipeline = p;
+    }
+    if let Ok(l) = std::env::var("CODEGEN_LEVEL") {
+        base.codegen_level = l.parse()?;
+    }
     let lean = std::env::var("LEAN").unwrap_or_else(|_| {
         "function(sroa,early-cse<memssa>,simplifycfg,instcombine,loop-mssa(licm),\
          loop(loop-rotate,indvars,loop-unroll-full),sroa,gvn,sccp,instcombine,simplifycfg,\
@@ -75,6 +96,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "O3-unroll",
             CodegenOptions {
                 llvm_unroll: false,
+                ..base.clone()
+            },
+        ),
+        (
+            "O3-nest",
+            CodegenOptions {
+                llvm_unroll_max_inner: i64::MAX,
+                ..base.clone()
+            },
+        ),
+        (
+            "exact",
+            CodegenOptions {
+                padded_vectors: false,
                 ..base.clone()
             },
         ),
@@ -93,6 +128,35 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             },
         ),
     ];
+    if let Ok(kind) = std::env::var("EMIT") {
+        for s in &states {
+            let f = tensortune_schedules::lower::lower(s)?;
+            match kind.as_str() {
+                "asm" => println!("{}", tensortune::codegen::llvm::emit_asm(&f, &base)?),
+                "raw" => {
+                    let raw = CodegenOptions {
+                        optimize: false,
+                        ..base.clone()
+                    };
+                    println!("{}", tensortune::codegen::llvm::emit_llvm_ir(&f, &raw)?)
+                }
+                _ => println!("{}", tensortune::codegen::llvm::emit_llvm_ir(&f, &base)?),
+            }
+        }
+        return Ok(());
+    }
+    if std::env::var_os("COMPILE_ONLY").is_some() {
+        let t = Instant::now();
+        for s in &states {
+            tensortune::Kernel::from_state(s, &base)?;
+        }
+        let e = t.elapsed().as_secs_f64();
+        println!(
+            "compile {e:.2} s ({:.1} ms each)",
+            1e3 * e / states.len().max(1) as f64
+        );
+        return Ok(());
+    }
     if std::env::var_os("DUPLICATES").is_some() {
         let mut seen = std::collections::HashSet::new();
         for s in &states {
@@ -107,7 +171,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     if std::env::var_os("BREAKDOWN").is_some() {
         use tensortune::codegen::llvm::emit_llvm_ir;
-        let (mut tl, mut tg, mut to, mut tj) = (0.0, 0.0, 0.0, 0.0);
+        let (mut tl, mut tg, mut to, mut tj, mut tobj) = (0.0, 0.0, 0.0, 0.0, 0.0);
         let noopt = CodegenOptions {
             optimize: false,
             ..CodegenOptions::default()
@@ -125,14 +189,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let t = Instant::now();
             tensortune::Kernel::compile(&f)?;
             tj += t.elapsed().as_secs_f64();
+            let t = Instant::now();
+            tensortune::codegen::llvm::emit_object(&f, &CodegenOptions::default())?;
+            tobj += t.elapsed().as_secs_f64();
         }
         let k = states.len() as f64 / 1e3;
         println!(
-            "per program: lower {:.2} ms, IR {:.2} ms, IR+O3 {:.2} ms, IR+O3+JIT {:.2} ms",
+            "per program: lower {:.2} ms, IR {:.2} ms, IR+O3 {:.2} ms, IR+O3+JIT {:.2} ms, IR+O3+object {:.2} ms",
             tl / k,
             tg / k,
             to / k,
-            tj / k
+            tj / k,
+            tobj / k
         );
         return Ok(());
     }
@@ -162,7 +230,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Ok(());
     }
     let mut reference: Option<Vec<f64>> = None;
+    let only = std::env::var("VARIANT").ok();
     for (name, cg) in variants {
+        if only.as_deref().is_some_and(|o| o != name) {
+            continue;
+        }
         let mut m = CpuMeasurer::new(MeasureOptions {
             codegen: cg,
             ..tuning_measure_options()
