@@ -77,7 +77,10 @@ impl Objective {
 pub struct GbdtOptions {
     /// The loss (default `rank:pairwise`: see the module documentation for the comparison).
     pub objective: Objective,
-    /// Boosting rounds per training (trees in the model).
+    /// Boosting rounds per training (trees in the model). 100: on the held-out split of
+    /// `tensortune model eval` over six tuning databases (matmul 1024³, the ResNet conv2d
+    /// layer), three seeds each, 100 rounds ranked as well as 200 (mean pairwise accuracy
+    /// within 0.005) in half the training time; 50 lost up to 0.03 on some.
     pub rounds: u32,
     /// Maximum tree depth (Ansor: 10).
     pub max_depth: u32,
@@ -101,7 +104,7 @@ impl Default for GbdtOptions {
     fn default() -> GbdtOptions {
         GbdtOptions {
             objective: Objective::RankPairwise,
-            rounds: 200,
+            rounds: 100,
             max_depth: 10,
             eta: 0.2,
             gamma: 0.001,
