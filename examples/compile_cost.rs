@@ -14,7 +14,7 @@
 //! the base setting.
 //!
 //! The settings: `O3` (what tuning uses), `O3-unroll` (LLVM's unroller off), `O3-nest` (LLVM
-//! may also unroll loops around long loops), `exact` (no padded masked vectors), `O2`, and
+//! may also unroll loops around long loops and loops that update nothing), `exact` (no padded masked vectors), `O2`, and
 //! `lean`, a short function pipeline (or the one in `LEAN`, in `opt -passes=` syntax).
 //!
 //! What it showed on conv2d's tuning candidates (one core, AMD EPYC znver5): LLVM's own
@@ -103,6 +103,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "O3-nest",
             CodegenOptions {
                 llvm_unroll_max_inner: i64::MAX,
+                llvm_unroll_updates_only: false,
                 ..base.clone()
             },
         ),

@@ -401,7 +401,9 @@ impl<'ctx> Gen<'ctx, '_> {
             "more",
         )?;
         let br = self.b.build_conditional_branch(more, header, exit)?;
-        if contains_rolled_loop(body, self.opts.llvm_unroll_max_inner) {
+        if contains_rolled_loop(body, self.opts.llvm_unroll_max_inner)
+            || (self.opts.llvm_unroll_updates_only && !updates(body))
+        {
             self.disable_unroll(br);
         }
         self.b.position_at_end(exit);
@@ -773,7 +775,9 @@ impl<'ctx> Gen<'ctx, '_> {
             .b
             .build_int_compare(IntPredicate::SLT, next, end, "more")?;
         let br = self.b.build_conditional_branch(more, header, exit)?;
-        if contains_rolled_loop(body, self.opts.llvm_unroll_max_inner) {
+        if contains_rolled_loop(body, self.opts.llvm_unroll_max_inner)
+            || (self.opts.llvm_unroll_updates_only && !updates(body))
+        {
             self.disable_unroll(br);
         }
         self.b.position_at_end(exit);
@@ -840,6 +844,22 @@ fn contains_rolled_loop(body: &Stmt, limit: i64) -> bool {
             if !matches!(kind, ForKind::Unrolled | ForKind::Vectorized) && *extent > limit {
                 found = true;
             }
+        }
+    });
+    found
+}
+
+/// True if `body` stores into a buffer a value that reads that buffer (an update, such as
+/// the accumulation of a reduction).
+fn updates(body: &Stmt) -> bool {
+    let mut found = false;
+    body.visit(&mut |s| {
+        if let Stmt::Store { buf, value, .. } = s {
+            value.visit(&mut |e| {
+                if let Expr::BufLoad { buf: b, .. } = e {
+                    found |= b == buf;
+                }
+            });
         }
     });
     found

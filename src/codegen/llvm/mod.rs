@@ -15,9 +15,10 @@
 //!   another's stores (a reduction over the vectorized axis) is compiled as a serial loop.
 //!   On AVX-512 hosts a contiguous access of a non-power-of-two lane count to main memory is
 //!   one masked access of the next power of two lanes ([`CodegenOptions::padded_vectors`]).
-//! - LLVM's unroller may unroll the loops left rolled, except a loop around a rolled loop
-//!   of more than [`CodegenOptions::llvm_unroll_max_inner`] iterations, which carries
-//!   `llvm.loop.unroll.disable`: unrolling it would only copy a loop nest.
+//! - LLVM's unroller may unroll the loops left rolled that update a buffer (a reduction's
+//!   accumulation), except one around a rolled loop of more than
+//!   [`CodegenOptions::llvm_unroll_max_inner`] iterations; the others carry
+//!   `llvm.loop.unroll.disable` ([`CodegenOptions::llvm_unroll_updates_only`]).
 //! - `local`/`shared` temporaries up to [`CodegenOptions::max_stack_alloc_bytes`] are 64-byte
 //!   aligned stack arrays; the others come from `rt->alloc`.
 //! - Every function carries the host's `target-cpu`/`target-features` and, on AVX-512 hosts,
