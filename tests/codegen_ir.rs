@@ -637,7 +637,11 @@ fn llvm_does_not_unroll_loops_around_long_loops() {
         let ir = tensortune::codegen::llvm::emit_llvm_ir(f, opts).expect("ir");
         // Loop metadata is only ever the unroll veto.
         let n = ir.matches("!llvm.loop").count();
-        assert_eq!(n > 0, ir.contains("!{!\"llvm.loop.unroll.disable\"}"), "{ir}");
+        assert_eq!(
+            n > 0,
+            ir.contains("!{!\"llvm.loop.unroll.disable\"}"),
+            "{ir}"
+        );
         assert!(!ir.contains("llvm.loop.unroll.enable"), "{ir}");
         n
     };
