@@ -401,14 +401,20 @@ impl<'ctx> Gen<'ctx, '_> {
             "more",
         )?;
         let br = self.b.build_conditional_branch(more, header, exit)?;
-        if contains_rolled_loop(body, self.opts.llvm_unroll_max_inner)
-            || (self.opts.llvm_unroll_updates_only && !updates(body))
-        {
+        if self.llvm_may_not_unroll(body) {
             self.disable_unroll(br);
         }
         self.b.position_at_end(exit);
         self.bind_var(var, None);
         Ok(())
+    }
+
+    /// True if LLVM's unroller is to leave a rolled loop with this body alone (see
+    /// [`CodegenOptions::llvm_unroll_max_inner`] and
+    /// [`CodegenOptions::llvm_unroll_updates_only`]).
+    fn llvm_may_not_unroll(&self, body: &Stmt) -> bool {
+        contains_rolled_loop(body, self.opts.llvm_unroll_max_inner)
+            || (self.opts.llvm_unroll_updates_only && !updates(body))
     }
 
     /// Marks the loop whose latch branch is `br` with `llvm.loop.unroll.disable`.
@@ -775,9 +781,7 @@ impl<'ctx> Gen<'ctx, '_> {
             .b
             .build_int_compare(IntPredicate::SLT, next, end, "more")?;
         let br = self.b.build_conditional_branch(more, header, exit)?;
-        if contains_rolled_loop(body, self.opts.llvm_unroll_max_inner)
-            || (self.opts.llvm_unroll_updates_only && !updates(body))
-        {
+        if self.llvm_may_not_unroll(body) {
             self.disable_unroll(br);
         }
         self.b.position_at_end(exit);
@@ -835,8 +839,8 @@ impl<'ctx> Gen<'ctx, '_> {
     }
 }
 
-/// True if `body` holds a loop that stays a loop in the emitted code (neither unrolled nor
-/// vectorized by us) with more than `limit` iterations.
+/// True if `body` holds a loop of more than `limit` iterations that the schedule marked
+/// neither unrolled nor vectorized (so that it stays a loop in the emitted code).
 fn contains_rolled_loop(body: &Stmt, limit: i64) -> bool {
     let mut found = false;
     body.visit(&mut |s| {
