@@ -665,3 +665,39 @@ fn llvm_does_not_unroll_loops_around_long_loops() {
         assert!(d < 1e-6, "inner={inner} update={update}: {d}");
     }
 }
+
+#[test]
+fn unrolling_is_capped_by_the_copies_of_a_whole_nest() {
+    // `h` unrolled around `w` unrolled: 30 x 16 = 480 copies of the store, over the cap of 256.
+    let build = |rows: i64| {
+        let mut b = Builder::new();
+        let a = b.input("A", DType::F32, &[rows, 16]);
+        let c = b.output("C", DType::F32, &[rows, 16]);
+        let (h, w) = (b.var("h"), b.var("w"));
+        let at = add(mul(v(&h), int(16)), v(&w));
+        let body = st(c, at.clone(), add(ld(a, DType::F32, at), Expr::f32(1.0)));
+        b.finish(
+            "unrolled",
+            for_(
+                &h,
+                rows,
+                ForKind::Unrolled,
+                for_(&w, 16, ForKind::Unrolled, body),
+            ),
+        )
+    };
+    let raw = CodegenOptions {
+        optimize: false,
+        ..CodegenOptions::default()
+    };
+    let ir = |rows| tensortune::codegen::llvm::emit_llvm_ir(&build(rows), &raw).expect("ir");
+    assert!(ir(30).contains("h.loop"), "h stays a loop:\n{}", ir(30));
+    assert!(
+        !ir(8).contains(".loop"),
+        "8 x 16 is fully unrolled:\n{}",
+        ir(8)
+    );
+    for rows in [8, 30] {
+        assert!(jit_vs_interp(&build(rows), 1, 4) < 1e-6, "rows={rows}");
+    }
+}
