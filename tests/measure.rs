@@ -174,3 +174,37 @@ fn sampled_check_for_large_workloads() {
         "{r:?}"
     );
 }
+
+#[test]
+fn the_checked_first_run_is_the_first_warm_up_and_the_hopeless_probe() {
+    let dag = WorkloadSpec::parse("matmul:M=16,N=24,K=9")
+        .expect("spec")
+        .build()
+        .expect("dag");
+    let states = vec![State::new(&dag), random_state(&dag, 1, 10, false)];
+    let mut m = CpuMeasurer::new(quick(Isolation::Fork));
+    for r in m.measure(&dag, &states) {
+        let t = r.expect("a valid schedule measures");
+        assert!(!t.cut_short && t.repeats.len() == 3, "{t:?}");
+        assert!(t.first_s > 0.0 && t.check_s >= 0.0, "{t:?}");
+    }
+    let s = m.stats();
+    assert!(
+        s.first_run_s > 0.0 && s.first_run_s + s.check_s <= s.run_s,
+        "{s:?}"
+    );
+    // With a cutoff no program can meet, each is cut short with its one warm timed run.
+    m.set_cutoff(Some(1e-12), 4.0);
+    for r in m.measure(&dag, &states) {
+        let t = r.expect("a valid schedule measures");
+        assert!(t.cut_short && t.repeats.len() == 1, "{t:?}");
+        assert!(t.first_s > 0.0, "{t:?}");
+    }
+    // A cutoff no program misses times it in full (one program: the cutoff follows the best
+    // time so far, this batch's included).
+    m.set_cutoff(Some(1e6), 4.0);
+    for r in m.measure(&dag, &states[..1]) {
+        let t = r.expect("a valid schedule measures");
+        assert!(!t.cut_short && t.repeats.len() == 3, "{t:?}");
+    }
+}

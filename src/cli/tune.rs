@@ -122,15 +122,17 @@ pub fn tune(args: &TuneArgs, out: &mut dyn Write) -> Result<(), CliError> {
         }
         if let Some(r) = reports.first() {
             let p = &r.phases;
-            // Outside running candidates: search, model, compiling, checking and records.
+            // Outside running candidates: search, model, compiling, checking and records. The
+            // first runs, whose outputs are checked, are the first warm-up runs: running.
             let running = p.run_s - p.check_s;
             let outside = p.total_s - running;
             writeln!(
                 out,
-                "tuning took {:.1} s ({:.2} s per trial): running candidates {:.1} s, checking them {:.1} s, compiling {:.1} s, search {:.1} s, model {:.1} s, records {:.2} s; {:.0}% outside running candidates",
+                "tuning took {:.1} s ({:.2} s per trial): running candidates {:.1} s (first runs {:.1} s), checking them {:.1} s, compiling {:.1} s, search {:.1} s, model {:.1} s, records {:.2} s; {:.0}% outside running candidates",
                 p.total_s,
                 p.total_s / r.trials.max(1) as f64,
                 running,
+                p.first_run_s,
                 p.check_s,
                 p.compile_s,
                 p.search_s,

@@ -9,7 +9,9 @@
 //! 2. lowers and compiles every candidate, in parallel on rayon's pool;
 //! 3. runs the candidates one after another, so they do not disturb each other: first one
 //!    run whose outputs (pre-filled with NaN / `i32::MIN`, so unwritten elements show) are
-//!    compared with the reference under [`tolerance`]; then `warmup` runs; then `repeat`
+//!    compared with the reference under [`tolerance`], which is also the first of the
+//!    `warmup` runs and the first look at a hopeless candidate; then the other `warmup`
+//!    runs; then `repeat`
 //!    timings of `number` back-to-back runs each, with `number` grown until one timing lasts
 //!    at least `min_repeat_ms`, optionally flushing the buffers from the caches before each
 //!    timing ([`time_kernel`]).
@@ -54,7 +56,8 @@ pub enum Isolation {
 pub struct MeasureOptions {
     /// Timings per candidate; the reported time is their median.
     pub repeat: usize,
-    /// Runs before timing starts (after the checked run).
+    /// Runs before timing starts. In [`CpuMeasurer`] the checked first run is the first of
+    /// them; [`time_kernel`] alone runs them all.
     pub warmup: usize,
     /// A timing lasts at least this long; `number` grows until it does.
     pub min_repeat_ms: f64,
@@ -293,6 +296,7 @@ impl Measurer for CpuMeasurer {
             let r = k.and_then(|k| self.run_one(&k, &reference));
             if let Ok(t) = &r {
                 self.stats.check_s += t.check_s;
+                self.stats.first_run_s += t.first_s;
                 if !t.cut_short && best.map(|b| t.median_s < b).unwrap_or(true) {
                     best = Some(t.median_s);
                 }
@@ -336,27 +340,44 @@ fn poisoned_outputs(k: &Kernel) -> Result<Vec<AlignedBuffer>, MeasureError> {
 }
 
 /// Check, warm up and time one kernel (what a forked child does).
+///
+/// The first run does three jobs: its outputs are checked, it is the first warm-up run, and
+/// its time is the first look at a hopeless candidate. One past the cutoff is timed once more
+/// warm before it is cut short (a first run also pays for cold caches and page tables), so a
+/// hopeless candidate runs twice, and any other one run fewer times than a separate checked
+/// run would cost.
 pub(crate) fn measure_one(
     k: &Kernel,
     reference: &Reference,
     opts: &MeasureOptions,
     rt: &Runtime,
 ) -> MeasureResult {
-    let checking = Instant::now();
+    let preparing = Instant::now();
     let mut outs = poisoned_outputs(k)?;
     let ins: Vec<&AlignedBuffer> = reference.inputs.iter().collect();
+    let mut check_s = preparing.elapsed().as_secs_f64();
+    let first = Instant::now();
     {
         let mut out_refs: Vec<&mut AlignedBuffer> = outs.iter_mut().collect();
         k.run(rt, &ins, &mut out_refs)
             .map_err(|e| MeasureError::new(MeasureErrorKind::Runtime, e.to_string()))?;
     }
+    let first_s = first.elapsed().as_secs_f64();
+    let checking = Instant::now();
     if opts.check {
         check_outputs(&outs, reference)?;
     }
-    let check_s = checking.elapsed().as_secs_f64();
+    check_s += checking.elapsed().as_secs_f64();
+    let hopeless = opts.cutoff_s.is_some_and(|c| first_s > c);
+    let rest = MeasureOptions {
+        warmup: opts.warmup.saturating_sub(1).max(hopeless as usize),
+        cutoff_s: opts.cutoff_s.filter(|_| hopeless),
+        ..opts.clone()
+    };
     let mut out_refs: Vec<&mut AlignedBuffer> = outs.iter_mut().collect();
-    let mut t = time_kernel(k, rt, &ins, &mut out_refs, opts)?;
+    let mut t = time_kernel(k, rt, &ins, &mut out_refs, &rest)?;
     t.check_s = check_s;
+    t.first_s = first_s;
     Ok(t)
 }
 

@@ -27,10 +27,15 @@ pub struct Timing {
     /// it was timed once, not `repeat` times: `repeats` holds that single time.
     #[serde(default)]
     pub cut_short: bool,
-    /// Seconds of the checked run: the candidate's first run and the comparison of its
-    /// outputs with the reference (0 where the measurer does not report it).
+    /// Seconds spent checking: preparing the output buffers of the first run and comparing
+    /// them with the reference (0 where the measurer does not report it).
     #[serde(default)]
     pub check_s: f64,
+    /// Seconds of the candidate's first run, the one whose outputs are checked; it is also
+    /// the first warm-up run and the first look at a hopeless candidate (0 where the
+    /// measurer does not report it).
+    #[serde(default)]
+    pub first_s: f64,
 }
 
 impl Timing {
@@ -56,6 +61,7 @@ impl Timing {
             number,
             cut_short: false,
             check_s: 0.0,
+            first_s: 0.0,
         })
     }
 }
@@ -119,10 +125,14 @@ pub type MeasureResult = Result<Timing, MeasureError>;
 pub struct MeasureStats {
     /// Lowering and compiling candidates (wall time, builds run in parallel).
     pub compile_s: f64,
-    /// Running candidates: the checked run, warm-up and timings (and process isolation).
+    /// Running candidates: the first (checked) run, warm-up and timings, the checking, and
+    /// process isolation.
     pub run_s: f64,
-    /// Of `run_s`, the checked runs (see [`Timing::check_s`]).
+    /// Of `run_s`, checking the first run's outputs (see [`Timing::check_s`]).
     pub check_s: f64,
+    /// Of `run_s`, the first runs (see [`Timing::first_s`]).
+    #[serde(default)]
+    pub first_run_s: f64,
 }
 
 /// Measures candidate schedules of one workload on some machine.

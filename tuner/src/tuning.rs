@@ -87,11 +87,14 @@ pub struct PhaseTimes {
     pub measure_s: f64,
     /// Of `measure_s`, compiling candidates (as the measurer reports it; 0 if it does not).
     pub compile_s: f64,
-    /// Of `measure_s`, running candidates: the checked run, warm-up and timings.
+    /// Of `measure_s`, running candidates: the first (checked) run, warm-up and timings, and
+    /// the checking.
     pub run_s: f64,
-    /// Of `run_s`, the checked runs (a candidate's first run and the comparison of its
-    /// outputs with the reference).
+    /// Of `run_s`, checking: comparing each candidate's first outputs with the reference.
     pub check_s: f64,
+    /// Of `run_s`, the candidates' first runs (whose outputs are checked; each is also the
+    /// first warm-up run).
+    pub first_run_s: f64,
     /// Retraining the cost model (features included).
     pub model_s: f64,
     /// Writing records.
@@ -559,6 +562,7 @@ impl<'a> Tuner<'a> {
         phases.compile_s = stats.compile_s - stats0.compile_s;
         phases.run_s = stats.run_s - stats0.run_s;
         phases.check_s = stats.check_s - stats0.check_s;
+        phases.first_run_s = stats.first_run_s - stats0.first_run_s;
         Ok(TuneSummary {
             tasks: tasks.into_iter().map(|t| t.report).collect(),
             phases,
