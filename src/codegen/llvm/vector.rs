@@ -199,7 +199,7 @@ impl<'ctx> Gen<'ctx, '_> {
                 let base = self.at_lane0(index)?;
                 let p = self.gep(buf, elem, base)?;
                 match ctx.mask {
-                    None if self.padded_lanes(buf, dtype, ctx.lanes)?.is_some() => {
+                    None if self.pads_lanes(buf, dtype, ctx.lanes)? => {
                         self.padded_load(p, elem, dtype, ctx.lanes)?
                     }
                     None => {
@@ -210,15 +210,7 @@ impl<'ctx> Gen<'ctx, '_> {
                         }
                         v
                     }
-                    Some(m) => {
-                        let ptr_ty = self.cx.ptr_type(AddressSpace::default()).into();
-                        let zero = vty.const_zero().into();
-                        self.intrinsic(
-                            "llvm.masked.load",
-                            &[vty.into(), ptr_ty],
-                            &[p.into(), align.into(), m.into(), zero],
-                        )?
-                    }
+                    Some(m) => self.masked_load(vty, p, dtype, m)?.into(),
                 }
             }
             _ => {
@@ -238,21 +230,58 @@ impl<'ctx> Gen<'ctx, '_> {
         self.loaded_value(v, dtype)
     }
 
-    /// The register width `W` in lanes for an unmasked contiguous access of `lanes` elements
-    /// of `buf`, when it should be one masked `<W x T>` access instead of an exact one:
-    /// `lanes` is not a power of two, the host has AVX-512 masks, the elements are 4 or 8
+    /// True if an unmasked contiguous access of `lanes` elements of `buf` should be one masked
+    /// access of `W = lanes.next_power_of_two()` lanes instead of an exact one: `lanes` is not
+    /// a power of two, the host has AVX-512 masks, the elements are 4 or 8
     /// bytes, and `buf` is in main memory. LLVM splits an exact `<14 x float>` load into three
     /// loads and two inserts (and instruction selection spends its time doing so), where one
     /// masked load does. Stack temporaries keep exact accesses: LLVM keeps those in
     /// registers across loops (register tiles), which it cannot do for masked accesses.
-    fn padded_lanes(&self, buf: BufId, dtype: DType, lanes: u32) -> Res<Option<u32>> {
-        let ok = self.opts.padded_vectors
+    fn pads_lanes(&self, buf: BufId, dtype: DType, lanes: u32) -> Res<bool> {
+        Ok(self.opts.padded_vectors
             && !lanes.is_power_of_two()
             && matches!(self.mem_bytes(dtype), 4 | 8)
             && self.decl(buf)?.scope == tensortune_schedules::ir::Scope::Global
             && self.host.has_feature("avx512f")
-            && self.host.has_feature("avx512vl");
-        Ok(ok.then(|| lanes.next_power_of_two()))
+            && self.host.has_feature("avx512vl"))
+    }
+
+    /// `llvm.masked.load` of a `vty` at `p` under `mask` (inactive lanes zero).
+    fn masked_load(
+        &mut self,
+        vty: inkwell::types::VectorType<'ctx>,
+        p: PointerValue<'ctx>,
+        dtype: DType,
+        mask: VectorValue<'ctx>,
+    ) -> Res<VectorValue<'ctx>> {
+        let align = self.cx.i32_type().const_int(self.mem_bytes(dtype), false);
+        let ptr_ty = self.cx.ptr_type(AddressSpace::default()).into();
+        let zero = vty.const_zero().into();
+        Ok(self
+            .intrinsic(
+                "llvm.masked.load",
+                &[vty.into(), ptr_ty],
+                &[p.into(), align.into(), mask.into(), zero],
+            )?
+            .into_vector_value())
+    }
+
+    /// `llvm.masked.store` of `v` at `p` under `mask`.
+    fn masked_store(
+        &mut self,
+        v: VectorValue<'ctx>,
+        p: PointerValue<'ctx>,
+        dtype: DType,
+        mask: VectorValue<'ctx>,
+    ) -> Res<()> {
+        let align = self.cx.i32_type().const_int(self.mem_bytes(dtype), false);
+        let ptr_ty = self.cx.ptr_type(AddressSpace::default()).into();
+        self.intrinsic(
+            "llvm.masked.store",
+            &[v.get_type().into(), ptr_ty],
+            &[v.into(), p.into(), align.into(), mask.into()],
+        )?;
+        Ok(())
     }
 
     /// `<W x i1>` with the first `lanes` lanes set.
@@ -279,7 +308,7 @@ impl<'ctx> Gen<'ctx, '_> {
         inkwell::types::VectorType::const_vector(&ix)
     }
 
-    /// `<lanes x T>` from `p` as one masked `<W x T>` load (see [`Self::padded_lanes`]).
+    /// `<lanes x T>` from `p` as one masked `<W x T>` load (see [`Self::pads_lanes`]).
     fn padded_load(
         &mut self,
         p: PointerValue<'ctx>,
@@ -289,16 +318,8 @@ impl<'ctx> Gen<'ctx, '_> {
     ) -> Res<V<'ctx>> {
         let w = lanes.next_power_of_two();
         let wty = elem.vec_type_of(w)?;
-        let align = self.cx.i32_type().const_int(self.mem_bytes(dtype), false);
-        let ptr_ty = self.cx.ptr_type(AddressSpace::default()).into();
         let mask = self.lane_prefix_mask(lanes, w);
-        let wide = self
-            .intrinsic(
-                "llvm.masked.load",
-                &[wty.into(), ptr_ty],
-                &[p.into(), align.into(), mask.into(), wty.const_zero().into()],
-            )?
-            .into_vector_value();
+        let wide = self.masked_load(wty, p, dtype, mask)?;
         let ix = self.prefix_indices(lanes, lanes);
         Ok(self
             .b
@@ -306,7 +327,7 @@ impl<'ctx> Gen<'ctx, '_> {
             .into())
     }
 
-    /// Stores `<lanes x T>` at `p` as one masked `<W x T>` store (see [`Self::padded_lanes`]).
+    /// Stores `<lanes x T>` at `p` as one masked `<W x T>` store (see [`Self::pads_lanes`]).
     fn padded_store(
         &mut self,
         p: PointerValue<'ctx>,
@@ -315,19 +336,12 @@ impl<'ctx> Gen<'ctx, '_> {
     ) -> Res<()> {
         let lanes = v.get_type().get_size();
         let w = lanes.next_power_of_two();
-        let align = self.cx.i32_type().const_int(self.mem_bytes(dtype), false);
-        let ptr_ty = self.cx.ptr_type(AddressSpace::default()).into();
         let ix = self.prefix_indices(lanes, w);
         let wide = self
             .b
             .build_shuffle_vector(v, v.get_type().get_undef(), ix, "vst")?;
         let mask = self.lane_prefix_mask(lanes, w);
-        self.intrinsic(
-            "llvm.masked.store",
-            &[wide.get_type().into(), ptr_ty],
-            &[wide.into(), p.into(), align.into(), mask.into()],
-        )?;
-        Ok(())
+        self.masked_store(wide, p, dtype, mask)
     }
 
     fn gep(
@@ -397,7 +411,7 @@ impl<'ctx> Gen<'ctx, '_> {
                 let base = self.at_lane0(index)?;
                 let p = self.gep(buf, elem, base)?;
                 match ctx.mask {
-                    None if self.padded_lanes(buf, dtype, ctx.lanes)?.is_some() => {
+                    None if self.pads_lanes(buf, dtype, ctx.lanes)? => {
                         self.padded_store(p, v, dtype)?;
                     }
                     None => {
@@ -405,14 +419,7 @@ impl<'ctx> Gen<'ctx, '_> {
                         st.set_alignment(self.mem_bytes(dtype) as u32)
                             .map_err(|e| CodegenError::Llvm(e.to_string()))?;
                     }
-                    Some(m) => {
-                        let ptr_ty = self.cx.ptr_type(AddressSpace::default()).into();
-                        self.intrinsic(
-                            "llvm.masked.store",
-                            &[v.get_type().into(), ptr_ty],
-                            &[v.into(), p.into(), align.into(), m.into()],
-                        )?;
-                    }
+                    Some(m) => self.masked_store(v, p, dtype, m)?,
                 }
                 Ok(())
             }
