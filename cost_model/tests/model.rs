@@ -239,6 +239,10 @@ fn invalid_options_are_refused() {
             max_depth: 0,
             ..GbdtOptions::default()
         },
+        GbdtOptions {
+            max_bin: 1,
+            ..GbdtOptions::default()
+        },
     ] {
         assert!(matches!(
             GbdtModel::new(o),

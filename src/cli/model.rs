@@ -65,6 +65,9 @@ pub struct EvalArgs {
     /// Boosting rounds.
     #[arg(long)]
     pub rounds: Option<u32>,
+    /// Histogram bins per feature.
+    #[arg(long)]
+    pub max_bin: Option<u32>,
     /// Print one JSON object instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -174,6 +177,9 @@ pub fn eval(args: &EvalArgs, out: &mut dyn Write) -> Result<(), CliError> {
     };
     if let Some(r) = args.rounds {
         gbdt.rounds = r;
+    }
+    if let Some(b) = args.max_bin {
+        gbdt.max_bin = b;
     }
     let opts = EvalOptions {
         min_samples: args.min_records,

@@ -84,6 +84,12 @@ pub struct GbdtOptions {
     pub rounds: u32,
     /// Maximum tree depth (Ansor: 10).
     pub max_depth: u32,
+    /// Histogram bins per feature (`hist` tree method). 64, against XGBoost's default of
+    /// 256: a tuning run's training set is a few hundred programs, and on three tuning
+    /// databases (matmul 1024³ and two of the ResNet conv2d layer, on an AVX2 host), three
+    /// split seeds each, 64 bins ranked held-out programs as well as 256 (mean pairwise
+    /// accuracy within 0.01 either way, 32 bins too) in about 0.6x the training time.
+    pub max_bin: u32,
     /// Learning rate (Ansor: 0.2).
     pub eta: f64,
     /// Minimum loss reduction to split (Ansor: 0.001).
@@ -106,6 +112,7 @@ impl Default for GbdtOptions {
             objective: Objective::RankPairwise,
             rounds: 100,
             max_depth: 10,
+            max_bin: 64,
             eta: 0.2,
             gamma: 0.001,
             min_child_weight: 0.0,
@@ -128,6 +135,9 @@ impl GbdtOptions {
         }
         if self.max_depth == 0 {
             return bad("max_depth must be at least 1");
+        }
+        if self.max_bin < 2 {
+            return bad("max_bin must be at least 2");
         }
         if !(self.gamma.is_finite() && self.gamma >= 0.0) {
             return bad("gamma must be a non-negative number");
@@ -335,6 +345,7 @@ impl GbdtModel {
             ("base_score", "0".to_string()),
             ("tree_method", "hist".to_string()),
             ("max_depth", o.max_depth.to_string()),
+            ("max_bin", o.max_bin.to_string()),
             ("eta", o.eta.to_string()),
             ("gamma", o.gamma.to_string()),
             ("min_child_weight", o.min_child_weight.to_string()),
