@@ -14,7 +14,7 @@
 
 use crate::expr::{BinOp, CmpOp, Const, DType, Expr};
 use crate::ir::Stmt;
-use std::collections::HashMap;
+use rustc_hash::{FxHashMap as HashMap, FxHashSet};
 
 /// Inclusive integer ranges of variables, by id.
 #[derive(Clone, Debug, Default)]
@@ -111,7 +111,7 @@ pub struct Simplifier {
     pub ranges: Ranges,
     /// Variables of removed unit loops, each standing for 0 (substituted as the expressions
     /// are rebuilt, rather than by copying the loop's body first).
-    zeros: std::collections::HashSet<u32>,
+    zeros: FxHashSet<u32>,
 }
 
 impl Default for Simplifier {

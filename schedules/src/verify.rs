@@ -9,16 +9,16 @@
 
 use crate::expr::{BufId, DType, Expr};
 use crate::ir::{BufKind, ForKind, LoweredFunc, Stmt};
-use std::collections::HashSet;
+use rustc_hash::FxHashSet as HashSet;
 
 /// Checks the invariants above; the error says which failed and where.
 pub fn verify(f: &LoweredFunc) -> Result<(), String> {
     let mut v = Verifier {
         f,
-        bound: HashSet::new(),
-        ever_bound: HashSet::new(),
+        bound: HashSet::default(),
+        ever_bound: HashSet::default(),
         live: f.params.iter().copied().collect(),
-        allocated: HashSet::new(),
+        allocated: HashSet::default(),
     };
     for (i, b) in f.buffers.iter().enumerate() {
         let is_param = f.params.contains(&BufId(i as u32));

@@ -10,7 +10,7 @@
 
 use crate::expr::{BinOp, Expr};
 use crate::simplify::Simplifier;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 /// The region of one dimension.
 #[derive(Clone, Debug, PartialEq)]

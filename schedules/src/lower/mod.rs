@@ -22,7 +22,7 @@ use crate::simplify::{substitute_stmt, Simplifier};
 use crate::te::OpKind;
 use crate::trace::Annotation;
 use bound::{infer_region, DimRegion};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 /// Why a state does not lower.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
@@ -123,8 +123,8 @@ impl<'a> Lowerer<'a> {
             eff: Vec::new(),
             bufs: Vec::new(),
             params: Vec::new(),
-            buf_of: HashMap::new(),
-            regions: HashMap::new(),
+            buf_of: HashMap::default(),
+            regions: HashMap::default(),
             emitted: vec![false; state.stages().len()],
             next_var: 0,
         }
@@ -329,7 +329,7 @@ impl<'a> Lowerer<'a> {
                 }
             }
         }
-        let mut map: HashMap<u32, Expr> = HashMap::new();
+        let mut map: HashMap<u32, Expr> = HashMap::default();
         for (d, a) in axes.iter().enumerate() {
             map.insert(a.var.id, axis_val[d].clone());
         }
