@@ -71,7 +71,7 @@ impl Builder {
 
 fn for_(v: &Var, extent: i64, kind: ForKind, body: Stmt) -> Stmt {
     Stmt::For {
-        var: v.clone(),
+        var: *v,
         extent,
         kind,
         body: Box::new(body),

@@ -72,7 +72,7 @@ fn with_body(body: impl FnOnce(BufId, BufId, BufId, &Var) -> Stmt) -> LoweredFun
 
 fn store_loop(i: &Var, extent: i64, c: BufId, index: Expr, value: Expr) -> Stmt {
     Stmt::For {
-        var: i.clone(),
+        var: *i,
         extent,
         kind: ForKind::Serial,
         body: Box::new(Stmt::Store {

@@ -32,7 +32,7 @@ fn kernel() -> LoweredFunc {
         )
     };
     let vec = |v: &Var, body: Stmt| Stmt::For {
-        var: v.clone(),
+        var: *v,
         extent: 16,
         kind: ForKind::Vectorized,
         body: Box::new(body),

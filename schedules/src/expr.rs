@@ -15,8 +15,9 @@
 //!   expressions; `BufLoad` (a flat buffer access) only in lowered loop IR.
 
 use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Mutex, OnceLock};
 
 /// Element and scalar types.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -124,12 +125,49 @@ impl Const {
 }
 
 /// A loop or axis variable of index type. Identity is the `id`; the name is for people.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+///
+/// The name is interned (see [`intern`]), so a `Var` is `Copy`: expressions are cloned and
+/// dropped by the million in a search, and a reference-counted name made each of those an
+/// atomic update.
+#[derive(Clone, Copy, Debug, Serialize)]
 pub struct Var {
     /// Unique within one graph (tensor expressions) or one lowered function (loop IR).
     pub id: u32,
     /// Display name; not necessarily unique.
-    pub name: Arc<str>,
+    pub name: &'static str,
+}
+
+/// What a serialized [`Var`] holds (the same fields; the name is interned when read).
+#[derive(Deserialize)]
+struct VarRepr {
+    id: u32,
+    name: String,
+}
+
+impl<'de> Deserialize<'de> for Var {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Var, D::Error> {
+        let r = VarRepr::deserialize(d)?;
+        Ok(Var {
+            id: r.id,
+            name: intern(&r.name),
+        })
+    }
+}
+
+/// The one process-wide copy of `name`. Every distinct name is kept for the life of the
+/// process (names are few: a workload's axis names with split suffixes).
+pub fn intern(name: &str) -> &'static str {
+    static NAMES: OnceLock<Mutex<HashSet<&'static str>>> = OnceLock::new();
+    let names = NAMES.get_or_init(|| Mutex::new(HashSet::new()));
+    // A poisoned lock only means another thread panicked while inserting; the set is still
+    // a valid set of leaked names.
+    let mut set = names.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(&s) = set.get(name) {
+        return s;
+    }
+    let s: &'static str = Box::leak(name.to_owned().into_boxed_str());
+    set.insert(s);
+    s
 }
 
 impl PartialEq for Var {
@@ -149,7 +187,7 @@ impl Var {
     pub fn new(id: u32, name: &str) -> Var {
         Var {
             id,
-            name: Arc::from(name),
+            name: intern(name),
         }
     }
 }
@@ -166,7 +204,7 @@ pub struct IterVar {
 impl IterVar {
     /// The variable as an expression.
     pub fn expr(&self) -> Expr {
-        Expr::Var(self.var.clone())
+        Expr::Var(self.var)
     }
 }
 
@@ -367,7 +405,7 @@ impl Expr {
     }
     /// A variable reference.
     pub fn var(v: &Var) -> Expr {
-        Expr::Var(v.clone())
+        Expr::Var(*v)
     }
     /// The constant integer value, if this is an integer constant.
     pub fn as_int(&self) -> Option<i64> {
@@ -640,7 +678,7 @@ impl From<f64> for Expr {
 }
 impl From<&Var> for Expr {
     fn from(v: &Var) -> Expr {
-        Expr::Var(v.clone())
+        Expr::Var(*v)
     }
 }
 impl From<&Expr> for Expr {

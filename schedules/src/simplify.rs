@@ -456,7 +456,7 @@ impl Simplifier {
                     return Stmt::Seq(Vec::new());
                 }
                 Stmt::For {
-                    var: var.clone(),
+                    var: *var,
                     extent: *extent,
                     kind: *kind,
                     body: Box::new(b),
@@ -524,7 +524,7 @@ pub fn substitute_stmt(s: &Stmt, var: u32, with: &Expr) -> Stmt {
             kind,
             body,
         } => Stmt::For {
-            var: v.clone(),
+            var: *v,
             extent: *extent,
             kind: *kind,
             body: Box::new(substitute_stmt(body, var, with)),

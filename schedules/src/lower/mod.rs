@@ -520,8 +520,8 @@ impl<'a> Lowerer<'a> {
                             continue;
                         }
                         let old = &c.leaf_vars[r].1.var;
-                        let v = self.fresh(&old.name);
-                        s = substitute_stmt(&s, old.id, &Expr::Var(v.clone()));
+                        let v = self.fresh(old.name);
+                        s = substitute_stmt(&s, old.id, &Expr::Var(v));
                         s = Stmt::For {
                             var: v,
                             extent: c.leaf_vars[r].1.extent,
@@ -554,7 +554,7 @@ impl<'a> Lowerer<'a> {
             };
         }
         Ok(Stmt::For {
-            var: c.leaf_vars[q].1.var.clone(),
+            var: c.leaf_vars[q].1.var,
             extent: c.leaf_vars[q].1.extent,
             kind: c.kinds[q],
             body: Box::new(body),

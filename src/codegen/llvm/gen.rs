@@ -388,7 +388,7 @@ impl<'ctx> Gen<'ctx, '_> {
         let exit = self.new_block(&format!("{}.end", var.name));
         self.b.build_unconditional_branch(header)?;
         self.b.position_at_end(header);
-        let phi = self.b.build_phi(i64t, &var.name)?;
+        let phi = self.b.build_phi(i64t, var.name)?;
         phi.add_incoming(&[(&i64t.const_zero(), pre)]);
         self.bind_var(var, Some(phi.as_basic_value()));
         self.stmt(body)?;
@@ -772,7 +772,7 @@ impl<'ctx> Gen<'ctx, '_> {
             .build_int_compare(IntPredicate::SLT, begin, end, "any")?;
         self.b.build_conditional_branch(any, header, exit)?;
         self.b.position_at_end(header);
-        let phi = self.b.build_phi(i64t, &var.name)?;
+        let phi = self.b.build_phi(i64t, var.name)?;
         phi.add_incoming(&[(&begin, pre)]);
         self.bind_var(var, Some(phi.as_basic_value()));
         self.stmt(body)?;
