@@ -10,7 +10,7 @@
 //! are compared by running it twice with different `TENSORTUNE_LLVM_ARGS`.
 //! `COMPILE_ONLY=1` only compiles (and times) the programs; `ONLY=I` keeps program I alone;
 //! `EMIT=raw|llvm|asm` prints its unoptimized IR, optimized IR or assembly (for `opt`/`llc
-//! -time-passes`); `VARIANT=NAME` runs one setting; `PIPELINE` and `CODEGEN_LEVEL` change
+//! -time-passes`); `VARIANT=NAME` runs one setting; `PIPELINE`, `CODEGEN_LEVEL` and `MAX_UNROLL` change
 //! the base setting.
 //!
 //! The settings: `O3` (what tuning uses), `O3-unroll` (LLVM's unroller off), `O3-nest` (LLVM
@@ -83,6 +83,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     if let Ok(l) = std::env::var("CODEGEN_LEVEL") {
         base.codegen_level = l.parse()?;
+    }
+    if let Ok(u) = std::env::var("MAX_UNROLL") {
+        base.max_unroll = u.parse()?;
     }
     let lean = std::env::var("LEAN").unwrap_or_else(|_| {
         "function(sroa,early-cse<memssa>,simplifycfg,instcombine,loop-mssa(licm),\
