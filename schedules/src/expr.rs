@@ -795,11 +795,50 @@ fn prec(e: &Expr) -> u8 {
     }
 }
 
-fn fmt_operand(f: &mut fmt::Formatter<'_>, e: &Expr, min_prec: u8) -> fmt::Result {
-    if prec(e) < min_prec {
+fn fmt_operand(f: &mut fmt::Formatter<'_>, e: ExprDisplay<'_>, min_prec: u8) -> fmt::Result {
+    if prec(e.e) < min_prec {
         write!(f, "({e})")
     } else {
         write!(f, "{e}")
+    }
+}
+
+/// Writes the name of a buffer (for [`Expr::display_with`]).
+pub type BufNamer<'a> = &'a dyn Fn(BufId, &mut fmt::Formatter<'_>) -> fmt::Result;
+
+/// An expression printed with its buffer loads named by a [`BufNamer`] (`b<id>` without).
+#[derive(Clone, Copy)]
+pub struct ExprDisplay<'a> {
+    e: &'a Expr,
+    buf_name: Option<BufNamer<'a>>,
+}
+
+impl<'a> ExprDisplay<'a> {
+    fn sub(&self, e: &'a Expr) -> ExprDisplay<'a> {
+        ExprDisplay {
+            e,
+            buf_name: self.buf_name,
+        }
+    }
+}
+
+impl Expr {
+    /// The expression printed with buffer loads named by `buf_name` (e.g. `A[i * 16 + k]`).
+    pub fn display_with<'a>(&'a self, buf_name: BufNamer<'a>) -> ExprDisplay<'a> {
+        ExprDisplay {
+            e: self,
+            buf_name: Some(buf_name),
+        }
+    }
+}
+
+impl fmt::Display for Expr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        ExprDisplay {
+            e: self,
+            buf_name: None,
+        }
+        .fmt(f)
     }
 }
 
@@ -815,17 +854,17 @@ impl fmt::Display for Const {
     }
 }
 
-impl fmt::Display for Expr {
+impl fmt::Display for ExprDisplay<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
+        match self.e {
             Expr::Const(c) => write!(f, "{c}"),
             Expr::Var(v) => write!(f, "{}", v.name),
             Expr::Bin(op @ (BinOp::Min | BinOp::Max), a, b) => {
                 let n = if *op == BinOp::Min { "min" } else { "max" };
-                write!(f, "{n}({a}, {b})")
+                write!(f, "{n}({}, {})", self.sub(a), self.sub(b))
             }
             Expr::Bin(op, a, b) => {
-                let p = prec(self);
+                let p = prec(self.e);
                 let s = match op {
                     BinOp::Add => "+",
                     BinOp::Sub => "-",
@@ -834,10 +873,10 @@ impl fmt::Display for Expr {
                     BinOp::Mod => "%",
                     BinOp::Min | BinOp::Max => unreachable!("handled above"),
                 };
-                fmt_operand(f, a, p)?;
+                fmt_operand(f, self.sub(a), p)?;
                 write!(f, " {s} ")?;
                 // Right operands of non-commutative ops need parentheses at equal precedence.
-                fmt_operand(f, b, p + 1)
+                fmt_operand(f, self.sub(b), p + 1)
             }
             Expr::Cmp(op, a, b) => {
                 let s = match op {
@@ -848,27 +887,33 @@ impl fmt::Display for Expr {
                     CmpOp::Gt => ">",
                     CmpOp::Ge => ">=",
                 };
-                fmt_operand(f, a, 4)?;
+                fmt_operand(f, self.sub(a), 4)?;
                 write!(f, " {s} ")?;
-                fmt_operand(f, b, 4)
+                fmt_operand(f, self.sub(b), 4)
             }
             Expr::And(a, b) => {
-                fmt_operand(f, a, 2)?;
+                fmt_operand(f, self.sub(a), 2)?;
                 write!(f, " && ")?;
-                fmt_operand(f, b, 3)
+                fmt_operand(f, self.sub(b), 3)
             }
             Expr::Or(a, b) => {
-                fmt_operand(f, a, 1)?;
+                fmt_operand(f, self.sub(a), 1)?;
                 write!(f, " || ")?;
-                fmt_operand(f, b, 2)
+                fmt_operand(f, self.sub(b), 2)
             }
             Expr::Not(a) => {
                 write!(f, "!")?;
-                fmt_operand(f, a, 9)
+                fmt_operand(f, self.sub(a), 9)
             }
-            Expr::Select(c, t, e) => write!(f, "select({c}, {t}, {e})"),
-            Expr::Cast(d, a) => write!(f, "{d}({a})"),
-            Expr::Call(c, a) => write!(f, "{}({a})", c.name()),
+            Expr::Select(c, t, e) => write!(
+                f,
+                "select({}, {}, {})",
+                self.sub(c),
+                self.sub(t),
+                self.sub(e)
+            ),
+            Expr::Cast(d, a) => write!(f, "{d}({})", self.sub(a)),
+            Expr::Call(c, a) => write!(f, "{}({})", c.name(), self.sub(a)),
             Expr::Load {
                 tensor, indices, ..
             } => {
@@ -877,17 +922,23 @@ impl fmt::Display for Expr {
                     if i > 0 {
                         write!(f, ", ")?;
                     }
-                    write!(f, "{x}")?;
+                    write!(f, "{}", self.sub(x))?;
                 }
                 write!(f, "]")
             }
-            Expr::BufLoad { buf, index, .. } => write!(f, "b{}[{index}]", buf.0),
+            Expr::BufLoad { buf, index, .. } => {
+                match self.buf_name {
+                    Some(name) => name(*buf, f)?,
+                    None => write!(f, "b{}", buf.0)?,
+                }
+                write!(f, "[{}]", self.sub(index))
+            }
             Expr::Reduce {
                 combiner,
                 source,
                 axes,
             } => {
-                write!(f, "{}({source}, axes=[", combiner.name())?;
+                write!(f, "{}({}, axes=[", combiner.name(), self.sub(source))?;
                 for (i, a) in axes.iter().enumerate() {
                     if i > 0 {
                         write!(f, ", ")?;

@@ -308,21 +308,15 @@ impl StmtPrinter<'_> {
 
 /// Prints an expression with buffer loads shown by buffer name, e.g. `A[i * 16 + k]`.
 pub fn named_expr(e: &Expr, func: &LoweredFunc) -> String {
-    // The rewrite is bottom-up, so a load's index is already renamed when the load is seen;
-    // each load becomes a variable named after the access and the generic printer keeps its
-    // precedence rules. The placeholder ids are never resolved.
-    e.rewrite(&mut |x| match x {
-        Expr::BufLoad { buf, index, .. } => {
-            let name = func
-                .buffers
-                .get(buf.0 as usize)
-                .map(|b| b.name.as_str())
-                .unwrap_or("?");
-            Some(Expr::Var(Var::new(u32::MAX, &format!("{name}[{index}]"))))
-        }
-        _ => None,
-    })
-    .to_string()
+    let name = |b: BufId, f: &mut std::fmt::Formatter<'_>| {
+        let n = func
+            .buffers
+            .get(b.0 as usize)
+            .map(|d| d.name.as_str())
+            .unwrap_or("?");
+        f.write_str(n)
+    };
+    e.display_with(&name).to_string()
 }
 
 impl fmt::Display for LoweredFunc {
