@@ -126,6 +126,9 @@ pub(super) fn emit_kernel<'ctx>(
         outlined: 0,
     };
     g.set_fn_attrs(kernel);
+    // The packed entry point calls the kernel rather than taking a copy of it: inlined, the
+    // whole loop nest would be optimized and compiled twice.
+    kernel.add_attribute(AttributeLoc::Function, g.enum_attr("noinline", 0));
     for (i, &p) in func.params.iter().enumerate() {
         let bytes = g.buffer_bytes(p)?;
         g.set_buffer_param_attrs(kernel, i as u32, Some(bytes));
