@@ -8,7 +8,10 @@
 //!   spatial axis: matmul, batch matmul, dense, conv2d, depthwise conv2d). When the stage's
 //!   only consumer is an elementwise map of it (relu after dense), the consumer is tiled at the
 //!   two outer levels and the stage computed inside its tile (**fusion**); otherwise a
-//!   **cache-write** stage holds the accumulator tile and the stage itself copies it out;
+//!   **cache-write** stage holds the accumulator tile and the stage itself copies it out. Where
+//!   an input is read along the innermost spatial axis (B of matmul), a second sketch also
+//!   **packs** it: a cache-read copy of the tile's columns, computed inside the tile, so the
+//!   register tile reads rows a vector apart rather than the input's width apart;
 //! - **rfactor** of a reduction without reuse (softmax's row reductions, reduce_sum), as an
 //!   alternative to the plain structure: the innermost reduce loop becomes vector lanes of
 //!   partial results;
@@ -145,6 +148,39 @@ pub fn has_data_reuse(dag: &ComputeDag, t: TensorId) -> bool {
     reuse
 }
 
+/// An input worth packing for a tiled reduction: a placeholder whose innermost index is the
+/// stage's innermost spatial axis and which does not vary with some other spatial axis (B of
+/// matmul and batch matmul). The register tile reads it along that axis for successive
+/// reduction steps, a row of the input apart; copied into a local buffer over the tile's
+/// columns, those rows lie a vector apart instead of the input's whole width (with rows of
+/// 4 KiB, successive rows fall into one set of the L1 cache and evict each other).
+fn packable_input(dag: &ComputeDag, t: TensorId) -> Option<TensorId> {
+    let OpKind::Compute {
+        axes,
+        body: Expr::Reduce { source, .. },
+    } = &dag.op(t).kind
+    else {
+        return None;
+    };
+    let last = axes.last()?.var.id;
+    let mut found = None;
+    source.visit(&mut |e| {
+        if let Expr::Load {
+            tensor, indices, ..
+        } = e
+        {
+            let innermost = matches!(indices.last(), Some(Expr::Var(v)) if v.id == last);
+            let uses = |id: u32| indices.iter().any(|i| i.uses_var(id));
+            let reuse = axes.iter().any(|a| !uses(a.var.id));
+            let placeholder = matches!(dag.op(*tensor).kind, OpKind::Placeholder);
+            if innermost && reuse && placeholder && found.is_none() {
+                found = Some(*tensor);
+            }
+        }
+    });
+    found
+}
+
 /// True if the stage's body chooses between values (zero padding does).
 fn has_select(dag: &ComputeDag, t: TensorId) -> bool {
     let mut found = false;
@@ -186,10 +222,18 @@ pub fn generate(dag: &ComputeDag, opts: &TuneOptions) -> Vec<Sketch> {
                         vec![("inline", inline(b, t))]
                     }
                 } else if info.combiner.is_some() && has_data_reuse(dag, t) {
-                    match pairs.iter().find(|&&(p, _)| p == t) {
-                        Some(&(_, c)) => vec![("tile+fuse", tile(b, dag, t, Some(c), opts))],
-                        None => vec![("tile", tile(b, dag, t, None, opts))],
+                    let fused = pairs.iter().find(|&&(p, _)| p == t).map(|&(_, c)| c);
+                    let name = if fused.is_some() { "tile+fuse" } else { "tile" };
+                    let mut v = vec![(name, tile(b, dag, t, fused, None, opts))];
+                    if let Some(x) = packable_input(dag, t) {
+                        let name = if fused.is_some() {
+                            "tile+fuse+pack"
+                        } else {
+                            "tile+pack"
+                        };
+                        v.push((name, tile(b, dag, t, fused, Some(x), opts)));
                     }
+                    v
                 } else if info.combiner.is_some() {
                     let mut v = vec![("plain", plain(b, t, opts))];
                     let red: i64 = info.reduce_axes.iter().map(|a| a.extent).product();
@@ -270,12 +314,14 @@ fn fusion_pairs(dag: &ComputeDag) -> Vec<(TensorId, TensorId)> {
 }
 
 /// Multi-level tiling SSRSRS of `t`, with the outer two levels in `consumer` (fusion) or in a
-/// copy-out stage after a cache write.
+/// copy-out stage after a cache write; with `pack`, that input is read through a local copy
+/// of the region the tile needs (see [`packable_input`]).
 fn tile(
     b: &Builder,
     dag: &ComputeDag,
     t: TensorId,
     consumer: Option<TensorId>,
+    pack: Option<TensorId>,
     opts: &TuneOptions,
 ) -> Result<Builder, ScheduleError> {
     let mut b = b.clone();
@@ -344,9 +390,41 @@ fn tile(
         target: outer,
         hole,
     });
+    let (ct, ot) = (b.tensor(compute), b.tensor(outer));
+    if let Some(x) = pack {
+        // The copy is computed inside the compute stage's tile, after its outer spatial
+        // levels (region: every reduction step, the columns of levels 1..3 or 2..3) or at the
+        // outer reduce loop (the reduction steps of one pass over the register tile); its
+        // innermost axis is split like the register tile's vector lanes.
+        let xp = b.pos(x);
+        b.fixed(Step::CacheRead {
+            stage: xp,
+            scope: Scope::Local,
+            readers: vec![b.pos(ct)],
+        })?;
+        let cache = xp + 1;
+        let pt = b.tensor(cache);
+        let nd = dag.op(x).shape.len();
+        b.follow(cache, nd as u32 - 1, sp_holes[ns - 1], vec![(2, 3)])?;
+        let choices = vec![ns as i64 - 1, 2 * ns as i64 - 1, 2 * ns as i64];
+        let hole = b.hole(Hole::Choice {
+            choices: choices.clone(),
+            kind: ChoiceKind::Location,
+        });
+        let target = b.pos(ct);
+        b.state.compute_at(cache, target, choices[0] as u32)?;
+        b.steps.push(SketchStep::ComputeAt {
+            stage: cache,
+            target,
+            hole,
+        });
+        b.deferred.push(SketchStep::VectorizeInnermost {
+            tensor: pt,
+            max_lanes: opts.max_vector_lanes,
+        });
+    }
     // Annotations: the accumulator's register tile is unrolled and vectorized; the outer
     // stage's outer loops run in parallel and its innermost copy loop is vectorized.
-    let (ct, ot) = (b.tensor(compute), b.tensor(outer));
     b.deferred.push(SketchStep::VectorizeInnermost {
         tensor: ct,
         max_lanes: opts.max_vector_lanes,
