@@ -221,6 +221,46 @@ impl Stmt {
         }
     }
 
+    /// A copy with `f` applied to every expression (store indices and values, conditions) and
+    /// `store_buf` to the buffer of every store; the loops and allocations stay.
+    pub fn map_exprs(&self, f: &dyn Fn(&Expr) -> Expr, store_buf: &dyn Fn(BufId) -> BufId) -> Stmt {
+        match self {
+            Stmt::For {
+                var,
+                extent,
+                kind,
+                body,
+            } => Stmt::For {
+                var: *var,
+                extent: *extent,
+                kind: *kind,
+                body: Box::new(body.map_exprs(f, store_buf)),
+            },
+            Stmt::Store { buf, index, value } => Stmt::Store {
+                buf: store_buf(*buf),
+                index: f(index),
+                value: f(value),
+            },
+            Stmt::Allocate { buf, body } => Stmt::Allocate {
+                buf: *buf,
+                body: Box::new(body.map_exprs(f, store_buf)),
+            },
+            Stmt::If {
+                cond,
+                then,
+                otherwise,
+            } => Stmt::If {
+                cond: f(cond),
+                then: Box::new(then.map_exprs(f, store_buf)),
+                otherwise: otherwise
+                    .as_ref()
+                    .map(|o| Box::new(o.map_exprs(f, store_buf))),
+            },
+            Stmt::Seq(v) => Stmt::Seq(v.iter().map(|x| x.map_exprs(f, store_buf)).collect()),
+            Stmt::Sync => Stmt::Sync,
+        }
+    }
+
     /// A sequence, flattened: nested `Seq`s are spliced and a single statement is returned as
     /// itself.
     pub fn seq(stmts: Vec<Stmt>) -> Stmt {

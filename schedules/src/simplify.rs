@@ -35,7 +35,8 @@ impl Ranges {
     pub fn remove(&mut self, var: u32) {
         self.map.remove(&var);
     }
-    fn get(&self, var: u32) -> Option<(i64, i64)> {
+    /// The declared range of a variable.
+    pub fn get(&self, var: u32) -> Option<(i64, i64)> {
         self.map.get(&var).copied()
     }
 }
@@ -516,42 +517,10 @@ fn is_empty(s: &Stmt) -> bool {
 
 /// Replaces a variable in every expression of a statement.
 pub fn substitute_stmt(s: &Stmt, var: u32, with: &Expr) -> Stmt {
-    let sub = |e: &Expr| e.substitute(&|v| (v.id == var).then(|| with.clone()));
-    match s {
-        Stmt::For {
-            var: v,
-            extent,
-            kind,
-            body,
-        } => Stmt::For {
-            var: *v,
-            extent: *extent,
-            kind: *kind,
-            body: Box::new(substitute_stmt(body, var, with)),
-        },
-        Stmt::Store { buf, index, value } => Stmt::Store {
-            buf: *buf,
-            index: sub(index),
-            value: sub(value),
-        },
-        Stmt::Allocate { buf, body } => Stmt::Allocate {
-            buf: *buf,
-            body: Box::new(substitute_stmt(body, var, with)),
-        },
-        Stmt::If {
-            cond,
-            then,
-            otherwise,
-        } => Stmt::If {
-            cond: sub(cond),
-            then: Box::new(substitute_stmt(then, var, with)),
-            otherwise: otherwise
-                .as_ref()
-                .map(|o| Box::new(substitute_stmt(o, var, with))),
-        },
-        Stmt::Seq(v) => Stmt::Seq(v.iter().map(|x| substitute_stmt(x, var, with)).collect()),
-        Stmt::Sync => Stmt::Sync,
-    }
+    s.map_exprs(
+        &|e: &Expr| e.substitute(&|v| (v.id == var).then(|| with.clone())),
+        &|b| b,
+    )
 }
 
 fn fold(op: BinOp, a: Const, b: Const) -> Option<Const> {

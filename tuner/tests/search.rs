@@ -56,7 +56,8 @@ fn best_latency(model: Box<dyn CostModel>, o: &TuneOptions, spec: &str) -> (f64,
 fn search_beats_random_sampling() {
     let spec = "matmul:M=256,N=128,K=192";
     let (mut wins, mut total_learned, mut total_random) = (0, 0.0, 0.0);
-    for seed in 0..3 {
+    let seeds = 6;
+    for seed in 0..seeds {
         let o = opts(160, seed);
         let (learned, opt) = best_latency(gbdt(), &o, spec);
         let (random, _) = best_latency(
@@ -75,9 +76,10 @@ fn search_beats_random_sampling() {
         total_learned += gl;
         total_random += gr;
     }
-    // One seed's random run can be lucky: the bar is on the total over the seeds.
+    // One seed's random run can be lucky: the bar is on two thirds of the seeds and on the
+    // total over them.
     assert!(
-        wins >= 2 && total_learned * 2.0 < total_random,
+        wins * 3 >= seeds * 2 && total_learned * 2.0 < total_random,
         "the guided search must beat random sampling on most seeds, and by 2x in total \
          excess cost (learned {total_learned:.3}, random {total_random:.3})"
     );

@@ -9,11 +9,14 @@
 //!    top of their loop's body after bound inference ([`bound`]) has sized their region; a
 //!    reduction initializes its accumulator just outside its outermost reduce loop;
 //! 4. `simplify`: canonical index forms, provably true guards removed, unit loops removed;
-//! 5. `verify` (see [`crate::verify`]).
+//! 5. `partition`: a loop whose last iterations fail a guard (the tail of an imperfect split)
+//!    becomes a guard-free main loop and a guarded tail ([`partition`]), simplified again;
+//! 6. `verify` (see [`crate::verify`]).
 //!
 //! Set `LowerOptions::dump` to get the IR after each pass.
 
 pub mod bound;
+pub mod partition;
 
 use crate::expr::{BufId, Expr, IterVar, TensorId, Var};
 use crate::ir::{BufKind, BufferDecl, ForKind, LoweredFunc, Scope, Stmt};
@@ -65,6 +68,8 @@ pub struct LowerOptions {
     pub name: Option<String>,
     /// Receives `(pass name, IR text)` after each pass.
     pub dump: Option<fn(&str, &str)>,
+    /// Leave guarded tails in their loops (no `partition` pass).
+    pub keep_tails: bool,
 }
 
 /// Lowers a state with default options.
@@ -91,6 +96,14 @@ pub fn lower_with(state: &State, opts: &LowerOptions) -> Result<LoweredFunc, Low
     func.body = Simplifier::default().stmt(&func.body);
     if let Some(d) = opts.dump {
         d("simplify", &func.to_string());
+    }
+    if !opts.keep_tails {
+        if let Some(b) = partition::partition(&func.body, &mut func.buffers, &mut func.num_vars) {
+            func.body = Simplifier::default().stmt(&b);
+            if let Some(d) = opts.dump {
+                d("partition", &func.to_string());
+            }
+        }
     }
     crate::verify::verify(&func).map_err(LowerError::Verify)?;
     Ok(func)
