@@ -100,7 +100,25 @@ impl Database {
         }
     }
 
+    /// Opens (creating and migrating when asked), retrying while another process holds a
+    /// lock the busy timeout does not wait for: SQLite answers `SQLITE_BUSY` at once, without
+    /// the busy handler, where waiting could deadlock (two processes creating one file, each
+    /// switching it to WAL or migrating it). Each attempt is a fresh connection.
     fn open_with(path: &Path, create: bool) -> Result<Database> {
+        let start = std::time::Instant::now();
+        let mut pause = Duration::from_millis(2);
+        loop {
+            match Self::open_once(path, create) {
+                Err(e) if e.is_busy() && start.elapsed() < BUSY_TIMEOUT => {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(100));
+                }
+                r => return r,
+            }
+        }
+    }
+
+    fn open_once(path: &Path, create: bool) -> Result<Database> {
         let path = path.to_path_buf();
         if !create && !path.exists() {
             return Err(RecordsError::Missing { path });

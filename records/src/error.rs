@@ -154,6 +154,19 @@ impl RecordsError {
     }
 }
 
+impl RecordsError {
+    /// True for SQLite's "database is busy" or "locked": another connection holds a lock.
+    pub(crate) fn is_busy(&self) -> bool {
+        matches!(
+            self,
+            RecordsError::Sqlite { source, .. } if matches!(
+                source.sqlite_error_code(),
+                Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+            )
+        )
+    }
+}
+
 /// Renders the list of a strict import's bad lines, one per line.
 struct StrictRejection<'a>(&'a [LineError]);
 
