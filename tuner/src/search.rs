@@ -8,7 +8,8 @@
 //!    to their score, each child a mutation of its parent with probability `mutation_prob`,
 //!    else a copy;
 //! 3. the batch is the best kept programs by score, plus `eps_greedy` of it drawn from the
-//!    random samples, none measured before and none twice.
+//!    random samples, none measured before and none twice, by trace and by the loop IR it
+//!    lowers to.
 //!
 //! Everything random comes from the caller's generator, so a seed fixes the round.
 
@@ -47,6 +48,16 @@ pub fn fingerprint(state: &State) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     state.trace().steps_json().hash(&mut h);
     h.finish()
+}
+
+/// A fingerprint of the program a state lowers to (its loop IR), so that two traces that make
+/// the same program (an unroll limit above the size of every loop nest, a compute location
+/// that lowers alike) are measured once. `None` when the state does not lower.
+pub fn program_fingerprint(state: &State) -> Option<u64> {
+    let f = tensortune_schedules::lower::lower(state).ok()?;
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    f.to_string().hash(&mut h);
+    Some(h.finish())
 }
 
 /// The search space of one workload: its DAG and sketches.
@@ -101,7 +112,9 @@ impl SearchSpace {
         self.candidate(k, r.decisions.clone())
     }
 
-    /// One round of evolutionary search: up to `n` new programs, best first.
+    /// One round of evolutionary search: up to `n` new programs, best first. `measured` holds
+    /// the [`fingerprint`]s and [`program_fingerprint`]s of the programs measured before;
+    /// none of them is proposed again.
     pub fn propose(
         &self,
         scorer: &mut dyn Scorer,
@@ -165,11 +178,17 @@ impl SearchSpace {
         let n_random = ((n as f64) * opts.eps_greedy).round() as usize;
         let mut out = Vec::with_capacity(n);
         let mut taken: HashSet<u64> = HashSet::new();
+        // A new trace may still make a program measured before, or one already taken.
+        let new_program = |c: &Candidate, taken: &mut HashSet<u64>| {
+            program_fingerprint(&c.state)
+                .map(|p| !measured.contains(&p) && taken.insert(p))
+                .unwrap_or(true)
+        };
         for (fp, _, c) in ranked {
             if out.len() + n_random >= n {
                 break;
             }
-            if taken.insert(fp) {
+            if taken.insert(fp) && new_program(&c, &mut taken) {
                 out.push(c);
             }
         }
@@ -178,7 +197,7 @@ impl SearchSpace {
                 break;
             }
             let fp = fingerprint(&c.state);
-            if !measured.contains(&fp) && taken.insert(fp) {
+            if !measured.contains(&fp) && taken.insert(fp) && new_program(&c, &mut taken) {
                 out.push(c);
             }
         }

@@ -3,14 +3,14 @@
 //!
 //! The latency of a program is `base * (1 + sum of squared log2 distances)` between each tile
 //! factor of its decisions and a target factor drawn from the seed among the divisors of the
-//! loop's extent, plus a penalty for each unroll or location choice away from its target. The
+//! loop's extent, plus a penalty for each location or parallel choice away from its target. The
 //! optimum (every decision on target) has latency `base`, and random sampling rarely finds it,
 //! so a search that learns must beat random sampling with the same budget. A target depends on
 //! the hole's position, not on the sketch: sketches of one workload that share their leading
 //! holes (tiling with and without packing) share the landscape there, as real programs do.
 
 use crate::measure::{MeasureError, MeasureErrorKind, MeasureResult, Measurer, Timing};
-use crate::sketch::{Hole, Sketch};
+use crate::sketch::{ChoiceKind, Hole, Sketch};
 use std::collections::HashMap;
 use tensortune_schedules::schedule::State;
 use tensortune_schedules::ComputeDag;
@@ -94,6 +94,13 @@ impl SimulatedMeasurer {
                         cost += x * x;
                     }
                 }
+                // An unroll limit often lowers to the same program as its neighbours (every
+                // nest is shorter than both), and the search measures a program once: a
+                // price on it would hide optima behind measured twins.
+                Hole::Choice {
+                    kind: ChoiceKind::Unroll,
+                    ..
+                } => {}
                 Hole::Choice { .. } => {
                     if d != want {
                         cost += 0.5;

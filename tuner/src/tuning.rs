@@ -15,7 +15,7 @@
 use crate::measure::{MeasureErrorKind, MeasureResult, Measurer};
 use crate::options::TuneOptions;
 use crate::scheduler::{next_task, TaskStatus};
-use crate::search::{fingerprint, Candidate, Scorer, SearchSpace};
+use crate::search::{fingerprint, program_fingerprint, Candidate, Scorer, SearchSpace};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
@@ -288,6 +288,7 @@ impl<'a> Tuner<'a> {
                     continue;
                 };
                 task.measured.insert(fingerprint(&state));
+                task.measured.extend(program_fingerprint(&state));
                 task.report.resumed += 1;
                 let latency = r.outcome.timing().map(|t| t.median_s);
                 // Cut-short records (timed once) are trained on too (see the retraining).
@@ -432,6 +433,7 @@ impl<'a> Tuner<'a> {
             let mut improved = false;
             for (c, r) in batch.iter().zip(&results) {
                 task.measured.insert(fingerprint(&c.state));
+                task.measured.extend(program_fingerprint(&c.state));
                 let json = c.state.trace().to_json();
                 match r {
                     Ok(tm) => {

@@ -7,7 +7,7 @@ use tensortune_records::Database;
 use tensortune_schedules::ops::WorkloadSpec;
 use tensortune_schedules::schedule::State;
 use tensortune_schedules::ComputeDag;
-use tensortune_tuner::search::SearchSpace;
+use tensortune_tuner::search::{program_fingerprint, SearchSpace};
 use tensortune_tuner::simulate::SimulatedMeasurer;
 use tensortune_tuner::tuning::{Silent, TaskInput, Tuner};
 use tensortune_tuner::{MeasureResult, Measurer, TuneOptions};
@@ -171,7 +171,22 @@ fn resume_skips_measured_traces() {
     assert_eq!(
         steps.len(),
         64,
-        "no program measured twice across the two runs"
+        "no trace measured twice across the two runs"
+    );
+    let mut programs: Vec<u64> = recs
+        .iter()
+        .filter_map(|r| {
+            let trace = tensortune_schedules::trace::Trace::from_json(&r.trace_json).ok()?;
+            program_fingerprint(&trace.replay(&t.dag).ok()?)
+        })
+        .collect();
+    assert_eq!(programs.len(), 64, "every record lowers");
+    programs.sort();
+    programs.dedup();
+    assert_eq!(
+        programs.len(),
+        64,
+        "no program measured twice across the two runs, under another trace either"
     );
     assert!(s.tasks[0].best.as_ref().unwrap().latency_s <= first_best);
 }
