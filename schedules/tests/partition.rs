@@ -1,5 +1,5 @@
-//! Loop partitioning of imperfect splits: the main loop runs unguarded, the tail keeps its
-//! guards, and the result is what the direct evaluator computes.
+//! Loop partitioning of imperfect splits (`LowerOptions::partition_tails`): the main loop runs
+//! unguarded, the tail keeps its guards, and the result is what the direct evaluator computes.
 
 mod common;
 use common::{check_state, dag, inputs};
@@ -32,11 +32,28 @@ fn stores(s: &Stmt, guarded: bool, n: &mut (usize, usize)) {
     }
 }
 
-fn count(state: &State, keep_tails: bool) -> (usize, usize) {
+fn partitioned() -> LowerOptions {
+    LowerOptions {
+        partition_tails: true,
+        ..LowerOptions::default()
+    }
+}
+
+/// The partitioned program interpreted against the direct evaluator.
+fn check_partitioned(d: &tensortune_schedules::ComputeDag, state: &State, seed: u64) {
+    let f = lower_with(state, &partitioned()).unwrap_or_else(|e| panic!("{e}\n{state}"));
+    let ins = inputs(d, seed);
+    let want = eval::evaluate(d, &ins).unwrap();
+    let got = interp::run(&f, &ins).unwrap_or_else(|e| panic!("{e}\n{f}"));
+    let diff = got[0].max_rel_diff(&want[0]).unwrap();
+    assert!(diff < 1e-4, "mismatch {diff}\n{f}");
+}
+
+fn count(state: &State, partition_tails: bool) -> (usize, usize) {
     let f = lower_with(
         state,
         &LowerOptions {
-            keep_tails,
+            partition_tails,
             ..LowerOptions::default()
         },
     )
@@ -59,25 +76,14 @@ fn imperfect_register_tile_gets_an_unguarded_main_loop() {
     s.compute_at(2, 3, 0).unwrap();
     s.unroll(2, 3).unwrap();
     s.vectorize(2, 4).unwrap();
-    let (free_kept, guarded_kept) = count(&s, true);
-    let (free, guarded) = count(&s, false);
+    let (free_kept, guarded_kept) = count(&s, false);
+    let (free, guarded) = count(&s, true);
     assert_eq!(free_kept, 0, "without partitioning every store is guarded");
     assert!(guarded_kept > 0);
     assert!(free > 0, "the main loop's stores run unguarded");
     assert!(guarded > 0, "the tail keeps its guards");
-    check_state(&d, &s, 1);
-    let keep = lower_with(
-        &s,
-        &LowerOptions {
-            keep_tails: true,
-            ..LowerOptions::default()
-        },
-    )
-    .unwrap();
-    let ins = inputs(&d, 2);
-    let want = eval::evaluate(&d, &ins).unwrap();
-    let got = interp::run(&keep, &ins).unwrap();
-    assert!(got[0].max_rel_diff(&want[0]).unwrap() < 1e-4);
+    check_partitioned(&d, &s, 1);
+    check_state(&d, &s, 2);
 }
 
 #[test]
@@ -86,16 +92,9 @@ fn loops_that_divide_are_left_alone() {
     let mut s = State::new(&d);
     s.split(2, 0, &[6, 4]).unwrap();
     let a = lower_with(&s, &LowerOptions::default()).unwrap();
-    let b = lower_with(
-        &s,
-        &LowerOptions {
-            keep_tails: true,
-            ..LowerOptions::default()
-        },
-    )
-    .unwrap();
+    let b = lower_with(&s, &partitioned()).unwrap();
     assert_eq!(a.to_string(), b.to_string());
-    check_state(&d, &s, 3);
+    check_partitioned(&d, &s, 3);
 }
 
 #[test]
@@ -108,11 +107,11 @@ fn guards_on_two_axes_and_a_reduction() {
     s.split(2, 0, &[4]).unwrap(); // i.0 i.1 j.0 j.1 k.0 k.1
     s.reorder(2, &[0, 2, 4, 1, 5, 3]).unwrap(); // i.0 j.0 k.0 i.1 k.1 j.1
     s.vectorize(2, 5).unwrap();
-    let (free, guarded) = count(&s, false);
+    let (free, guarded) = count(&s, true);
     assert!(free > 0 && guarded > 0, "{free} {guarded}");
-    check_state(&d, &s, 4);
+    check_partitioned(&d, &s, 4);
     // And in a parallel outer loop, which is not partitioned itself.
     let mut p = s.clone();
     p.parallel(2, 0).unwrap();
-    check_state(&d, &p, 5);
+    check_partitioned(&d, &p, 5);
 }

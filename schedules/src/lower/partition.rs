@@ -15,6 +15,9 @@
 //! loops are partitioned once more (the last rows of a matrix hold the guard of the last
 //! register tile), inside a tail's tail not at all, so the code of a nest grows by a small
 //! factor, bounded per loop.
+//!
+//! The pass runs only when `LowerOptions::partition_tails` asks (see there for why it is off
+//! by default).
 
 use crate::expr::{BufId, CmpOp, Expr, Var};
 use crate::ir::{BufferDecl, ForKind, Stmt};
