@@ -221,9 +221,9 @@ impl Stmt {
         }
     }
 
-    /// A copy with `f` applied to every expression (store indices and values, conditions) and
-    /// `store_buf` to the buffer of every store; the loops and allocations stay.
-    pub fn map_exprs(&self, f: &dyn Fn(&Expr) -> Expr, store_buf: &dyn Fn(BufId) -> BufId) -> Stmt {
+    /// A copy of this statement with `f` applied to each of its direct child statements (a
+    /// loop's or an allocation's body, a branch, the items of a sequence); a leaf is cloned.
+    pub fn map_children(&self, f: &mut dyn FnMut(&Stmt) -> Stmt) -> Stmt {
         match self {
             Stmt::For {
                 var,
@@ -234,16 +234,34 @@ impl Stmt {
                 var: *var,
                 extent: *extent,
                 kind: *kind,
-                body: Box::new(body.map_exprs(f, store_buf)),
+                body: Box::new(f(body)),
             },
+            Stmt::Allocate { buf, body } => Stmt::Allocate {
+                buf: *buf,
+                body: Box::new(f(body)),
+            },
+            Stmt::If {
+                cond,
+                then,
+                otherwise,
+            } => Stmt::If {
+                cond: cond.clone(),
+                then: Box::new(f(then)),
+                otherwise: otherwise.as_ref().map(|o| Box::new(f(o))),
+            },
+            Stmt::Seq(v) => Stmt::Seq(v.iter().map(f).collect()),
+            Stmt::Store { .. } | Stmt::Sync => self.clone(),
+        }
+    }
+
+    /// A copy with `f` applied to every expression (store indices and values, conditions) and
+    /// `store_buf` to the buffer of every store; the loops and allocations stay.
+    pub fn map_exprs(&self, f: &dyn Fn(&Expr) -> Expr, store_buf: &dyn Fn(BufId) -> BufId) -> Stmt {
+        match self {
             Stmt::Store { buf, index, value } => Stmt::Store {
                 buf: store_buf(*buf),
                 index: f(index),
                 value: f(value),
-            },
-            Stmt::Allocate { buf, body } => Stmt::Allocate {
-                buf: *buf,
-                body: Box::new(body.map_exprs(f, store_buf)),
             },
             Stmt::If {
                 cond,
@@ -256,8 +274,7 @@ impl Stmt {
                     .as_ref()
                     .map(|o| Box::new(o.map_exprs(f, store_buf))),
             },
-            Stmt::Seq(v) => Stmt::Seq(v.iter().map(|x| x.map_exprs(f, store_buf)).collect()),
-            Stmt::Sync => Stmt::Sync,
+            _ => self.map_children(&mut |c| c.map_exprs(f, store_buf)),
         }
     }
 

@@ -114,21 +114,7 @@ impl Partitioner<'_> {
                     body: Box::new(b),
                 }
             }
-            Stmt::Allocate { buf, body } => Stmt::Allocate {
-                buf: *buf,
-                body: Box::new(self.stmt(body)),
-            },
-            Stmt::If {
-                cond,
-                then,
-                otherwise,
-            } => Stmt::If {
-                cond: cond.clone(),
-                then: Box::new(self.stmt(then)),
-                otherwise: otherwise.as_ref().map(|o| Box::new(self.stmt(o))),
-            },
-            Stmt::Seq(v) => Stmt::Seq(v.iter().map(|x| self.stmt(x)).collect()),
-            Stmt::Store { .. } | Stmt::Sync => s.clone(),
+            _ => s.map_children(&mut |c| self.stmt(c)),
         }
     }
 
@@ -211,17 +197,7 @@ impl Partitioner<'_> {
                     body: Box::new(self.renamed(&b)),
                 }
             }
-            Stmt::If {
-                cond,
-                then,
-                otherwise,
-            } => Stmt::If {
-                cond: cond.clone(),
-                then: Box::new(self.renamed(then)),
-                otherwise: otherwise.as_ref().map(|o| Box::new(self.renamed(o))),
-            },
-            Stmt::Seq(v) => Stmt::Seq(v.iter().map(|x| self.renamed(x)).collect()),
-            Stmt::Store { .. } | Stmt::Sync => s.clone(),
+            _ => s.map_children(&mut |c| self.renamed(c)),
         }
     }
 }
