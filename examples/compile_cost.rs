@@ -10,8 +10,8 @@
 //! are compared by running it twice with different `TENSORTUNE_LLVM_ARGS`.
 //! `COMPILE_ONLY=1` only compiles (and times) the programs; `ONLY=I` keeps program I alone;
 //! `EMIT=raw|llvm|asm` prints its unoptimized IR, optimized IR or assembly (for `opt`/`llc
-//! -time-passes`); `VARIANT=NAME` runs one setting; `PIPELINE`, `CODEGEN_LEVEL` and `MAX_UNROLL` change
-//! the base setting.
+//! -time-passes`); `LOWERED=1` prints every program's loop IR; `VARIANT=NAME` runs one setting; `PIPELINE`, `CODEGEN_LEVEL`, `MAX_UNROLL` and
+//! `LLVM_VECTORIZE=0` change the base setting.
 //!
 //! The settings: `O3` (what tuning uses), `O3-unroll` (LLVM's unroller off), `O3-nest` (LLVM
 //! may also unroll loops around long loops and loops that update nothing), `exact` (no padded masked vectors), `O2`, and
@@ -87,6 +87,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if let Ok(u) = std::env::var("MAX_UNROLL") {
         base.max_unroll = u.parse()?;
     }
+    if let Ok(v) = std::env::var("LLVM_VECTORIZE") {
+        base.llvm_vectorize = v != "0";
+    }
     let lean = std::env::var("LEAN").unwrap_or_else(|_| {
         "function(sroa,early-cse<memssa>,simplifycfg,instcombine,loop-mssa(licm),\
          loop(loop-rotate,indvars,loop-unroll-full),sroa,gvn,sccp,instcombine,simplifycfg,\
@@ -159,6 +162,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "compile {e:.2} s ({:.1} ms each)",
             1e3 * e / states.len().max(1) as f64
         );
+        return Ok(());
+    }
+    if std::env::var_os("LOWERED").is_some() {
+        for (i, s) in states.iter().enumerate() {
+            println!("#{i}\n{}", tensortune_schedules::lower::lower(s)?);
+        }
         return Ok(());
     }
     if std::env::var_os("DUPLICATES").is_some() {

@@ -42,7 +42,7 @@ pub struct TuneArgs {
     #[arg(long, default_value_t = 64)]
     pub batch_size: usize,
     /// Programs per generation of the evolutionary search.
-    #[arg(long, default_value_t = 2048)]
+    #[arg(long, default_value_t = TuneOptions::default().population)]
     pub population: usize,
     /// End stdout with one JSON object per workload.
     #[arg(long)]
