@@ -53,19 +53,12 @@ use tensortune_schedules::ir::LoweredFunc;
 ///   out-of-order cores we target hardly need; without it conv2d's candidates compiled in
 ///   0.9x the time, and the best programs of conv2d and matmul ran as fast (geometric mean
 ///   within 3%, the noise of the machine).
-/// - `-disable-lsr`: no loop strength reduction. It was a fifth of machine-code generation
-///   (SCEV work on the big unrolled bodies of register tiles, whose addresses x86 folds into
-///   `base + index * scale + offset` anyway). On the first 48 conv2d candidates of a tuning
-///   run compile work fell 13% (cachegrind: 13.36 to 11.58 G instructions), and the best 32
-///   conv2d and best 16 matmul 1024³ programs ran as fast, in interleaved runs on an AVX2
-///   EPYC (geometric means 55.4, 61.4 against 54.3, 56.8 GFLOP/s for conv2d; 52.7 against
-///   53.3 for matmul, within its noise). Turning the machine scheduler or GVN's memory
-///   dependence analysis off as well saved 2-4% more but cost conv2d 5-15% of its speed.
-pub const LLVM_ARGS: &[&str] = &[
-    "-unroll-threshold=100",
-    "-post-RA-scheduler=false",
-    "-disable-lsr",
-];
+///
+/// Tried and left out: `-disable-lsr` (no loop strength reduction) cut the compile work of
+/// 48 conv2d candidates by 13% (cachegrind) with conv2d's best programs as fast, but the 8
+/// best matmul 1024³ programs of two tuning runs lost about 5% (geometric mean, three
+/// interleaved rounds on an AVX2 EPYC).
+pub const LLVM_ARGS: &[&str] = &["-unroll-threshold=100", "-post-RA-scheduler=false"];
 
 /// Registers the x86 target and sets the process's LLVM options ([`LLVM_ARGS`], then any in
 /// the environment variable `TENSORTUNE_LLVM_ARGS`, split at whitespace), once per process.
