@@ -1,4 +1,5 @@
-//! One generation of the evolutionary search for matmul 512³: 2048 programs drawn from the
+//! One generation of the evolutionary search for matmul 512³: 2048 programs (Ansor's
+//! population; the tuner's default is now 1024, see `TuneOptions::population`) drawn from the
 //! sketches and scored by the cost model, as the tuner does before each measured batch.
 //!
 //! Two scorers: the [`RandomModel`] (the price of the search without a model: sampling,
