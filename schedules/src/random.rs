@@ -131,9 +131,10 @@ pub fn random_step(state: &State, rng: &mut Rng) -> Option<Step> {
             } else {
                 iter
             };
-            let annotation = match rng.below(4) {
+            let annotation = match rng.below(5) {
                 0 | 1 => Annotation::Vectorize,
-                2 => Annotation::Unroll,
+                2 => Annotation::VectorizeUpTo(1 << (1 + rng.below(5))),
+                3 => Annotation::Unroll,
                 _ => Annotation::Parallel,
             };
             Step::Annotate {

@@ -29,6 +29,11 @@ use std::fmt;
 pub enum Annotation {
     /// SIMD lanes.
     Vectorize,
+    /// SIMD lanes if the loop, once lowered, has between 2 and this many iterations, is
+    /// innermost and has nothing computed inside it; else a serial loop. For a stage computed
+    /// inside another one's tile, whose loops only take their extents from bound inference
+    /// (a padding copy over the 16 columns a tile reads, say, of a 58-column tensor).
+    VectorizeUpTo(u32),
     /// Full unrolling.
     Unroll,
     /// Threads of the CPU pool.
@@ -239,6 +244,7 @@ impl fmt::Display for Step {
             } => {
                 let a = match annotation {
                     Annotation::Vectorize => "vectorize".to_string(),
+                    Annotation::VectorizeUpTo(n) => format!("vectorize_up_to_{n}"),
                     Annotation::Unroll => "unroll".to_string(),
                     Annotation::Parallel => "parallel".to_string(),
                     Annotation::Bind(t) => format!("bind {}", t.name()),

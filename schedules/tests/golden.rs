@@ -65,3 +65,30 @@ fn conv2d_padding_attached() {
     golden("conv2d_padding_attached", &s);
     common::check_state(&dag, &s, 9);
 }
+
+#[test]
+fn conv2d_padding_vectorized_by_region() {
+    // The padding is 34 columns wide; attached inside a tile of 8 output columns it covers
+    // 10 of them, which is what `vectorize_up_to` is checked against.
+    let dag = common::dag("conv2d:N=1,C=2,H=6,W=32,K=4,R=3,S=3,stride=1,pad=1");
+    let schedule = |limit: u32| {
+        let mut s = State::new(&dag);
+        let l = s.cache_write(3, Scope::Local).unwrap();
+        s.split(4, 3, &[8]).unwrap(); // n k y x.0 x.1
+        s.compute_at(l, 4, 3).unwrap();
+        s.compute_at(2, l, 2).unwrap(); // pad inside out.local's y loop, above its x
+        s.vectorize_up_to(2, 3, limit).unwrap(); // pad's w: 34 wide, 10 in the region
+        s
+    };
+    let s = schedule(16);
+    golden("conv2d_padding_vectorized_by_region", &s);
+    common::check_state(&dag, &s, 10);
+    let text = lower(&s).unwrap().to_string();
+    assert!(text.contains("vectorized for w in 0..10:"), "{text}");
+
+    let narrow = schedule(8);
+    let text = lower(&narrow).unwrap().to_string();
+    assert!(text.contains("for w in 0..10:"), "{text}");
+    assert!(!text.contains("vectorized for w"), "{text}");
+    common::check_state(&dag, &narrow, 11);
+}

@@ -121,6 +121,11 @@ fn other_misuse() {
     let (_, mut s) = matmul();
     s.vectorize(2, 1).unwrap_err(); // j is not innermost (k is)
     s.reorder(2, &[0, 2, 1]).unwrap();
+    for limit in [0, 1, 65] {
+        // j is innermost and spatial now: only the limit is wrong.
+        let e = s.vectorize_up_to(2, 2, limit).unwrap_err();
+        assert!(e.to_string().contains("2 to 64"), "limit {limit}: {e}");
+    }
     s.vectorize(2, 2).unwrap();
     assert!(
         matches!(s.vectorize(2, 2), Err(E::BadAnnotation { .. })),

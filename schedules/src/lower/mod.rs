@@ -479,11 +479,24 @@ impl<'a> Lowerer<'a> {
         let pragma = s
             .auto_unroll
             .and_then(|(id, m)| s.leaves.iter().position(|&l| l == id).map(|q| (q, m)));
+        // A loop without an annotation: unrolled if the pragma covers it and its nest fits.
+        let by_pragma = |q: usize| match pragma {
+            Some((q0, m)) if q >= q0 && m > 0 => {
+                let steps: i64 = leaf_vars[q..].iter().map(|(_, v)| v.extent).product();
+                if steps <= m as i64 {
+                    ForKind::Unrolled
+                } else {
+                    ForKind::Serial
+                }
+            }
+            _ => ForKind::Serial,
+        };
         for (q, (l, v)) in leaf_vars.iter().enumerate() {
             let it = s.iter(*l);
+            let innermost = q + 1 == n && attached[q].is_empty();
             let kind = match it.annotation {
                 Some(Annotation::Vectorize) => {
-                    if q + 1 != n || !attached[q].is_empty() {
+                    if !innermost {
                         return Err(LowerError::VectorNotInnermost {
                             stage: s.name().to_string(),
                             iter: it.name.clone(),
@@ -491,22 +504,18 @@ impl<'a> Lowerer<'a> {
                     }
                     ForKind::Vectorized
                 }
+                Some(Annotation::VectorizeUpTo(m)) => {
+                    if innermost && (2..=m as i64).contains(&v.extent) {
+                        ForKind::Vectorized
+                    } else {
+                        by_pragma(q)
+                    }
+                }
                 Some(Annotation::Unroll) => ForKind::Unrolled,
                 Some(Annotation::Parallel) => ForKind::Parallel,
                 Some(Annotation::Bind(t)) => ForKind::ThreadBound(t),
-                None => match pragma {
-                    Some((q0, m)) if q >= q0 && m > 0 => {
-                        let steps: i64 = leaf_vars[q..].iter().map(|(_, v)| v.extent).product();
-                        if steps <= m as i64 {
-                            ForKind::Unrolled
-                        } else {
-                            ForKind::Serial
-                        }
-                    }
-                    _ => ForKind::Serial,
-                },
+                None => by_pragma(q),
             };
-            let _ = v;
             kinds.push(kind);
         }
         let first_reduce = leaf_vars

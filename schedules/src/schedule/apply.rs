@@ -498,6 +498,7 @@ impl State {
         let it = s.iter(id);
         let what = match ann {
             Annotation::Vectorize => "vectorize".to_string(),
+            Annotation::VectorizeUpTo(n) => format!("vectorize up to {n} lanes"),
             Annotation::Unroll => "unroll".to_string(),
             Annotation::Parallel => "parallelize".to_string(),
             Annotation::Bind(t) => format!("bind to {}", t.name()),
@@ -516,8 +517,16 @@ impl State {
                 "it is a reduce loop (its iterations are not independent)",
             ));
         }
-        if ann == Annotation::Vectorize {
-            if it.extent > MAX_VECTOR_LANES {
+        if let Annotation::VectorizeUpTo(n) = ann {
+            if !(2..=MAX_VECTOR_LANES).contains(&(n as i64)) {
+                return Err(bad("the lane limit must be 2 to 64"));
+            }
+        }
+        if matches!(ann, Annotation::Vectorize | Annotation::VectorizeUpTo(_)) {
+            // The nominal extent only bounds a plain `vectorize`: a stage computed inside
+            // another's loops takes its extents from bound inference, which the limit of
+            // `VectorizeUpTo` is checked against when lowering.
+            if ann == Annotation::Vectorize && it.extent > MAX_VECTOR_LANES {
                 return Err(bad("more than 64 lanes"));
             }
             if iter as usize + 1 != s.leaves.len() {

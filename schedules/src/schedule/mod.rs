@@ -563,6 +563,16 @@ impl State {
     pub fn vectorize(&mut self, stage: u32, iter: u32) -> Result<(), ScheduleError> {
         self.annotate(stage, iter, Annotation::Vectorize)
     }
+    /// Vectorize a loop if, lowered, it has at most `max_lanes` iterations (see
+    /// [`Annotation::VectorizeUpTo`]).
+    pub fn vectorize_up_to(
+        &mut self,
+        stage: u32,
+        iter: u32,
+        max_lanes: u32,
+    ) -> Result<(), ScheduleError> {
+        self.annotate(stage, iter, Annotation::VectorizeUpTo(max_lanes))
+    }
     /// Unroll a loop.
     pub fn unroll(&mut self, stage: u32, iter: u32) -> Result<(), ScheduleError> {
         self.annotate(stage, iter, Annotation::Unroll)
@@ -669,6 +679,7 @@ impl fmt::Display for State {
                 let ann = match it.annotation {
                     None => String::new(),
                     Some(Annotation::Vectorize) => " vectorized".into(),
+                    Some(Annotation::VectorizeUpTo(n)) => format!(" vectorized up to {n}"),
                     Some(Annotation::Unroll) => " unrolled".into(),
                     Some(Annotation::Parallel) => " parallel".into(),
                     Some(Annotation::Bind(t)) => format!(" {}", t.name()),

@@ -13,7 +13,7 @@
 pub mod rules;
 pub mod sample;
 
-use tensortune_schedules::schedule::{IterKind, ScheduleError, State};
+use tensortune_schedules::schedule::{IterKind, ScheduleError, State, MAX_VECTOR_LANES};
 use tensortune_schedules::trace::{Annotation, SketchRef, Step};
 use tensortune_schedules::{ComputeDag, TensorId};
 
@@ -89,6 +89,15 @@ pub enum SketchStep {
     /// Vectorize the innermost loop if it is spatial and has 2 to `max_lanes` iterations.
     /// Annotations name the stage by tensor: they come last, after stages were inserted.
     VectorizeInnermost {
+        /// The stage's tensor.
+        tensor: TensorId,
+        /// Most lanes.
+        max_lanes: i64,
+    },
+    /// Mark the innermost loop, if it is spatial, `vectorize_up_to(max_lanes)`: lowering
+    /// vectorizes it when its extent after bound inference is 2 to `max_lanes`. For a stage
+    /// whose compute location is a hole, and so whose loop extents are only known once lowered.
+    VectorizeRegion {
         /// The stage's tensor.
         tensor: TensorId,
         /// Most lanes.
@@ -225,6 +234,26 @@ impl Sketch {
                             stage: *stage,
                             iter: n as u32 - 1,
                             annotation: Annotation::Vectorize,
+                        });
+                    }
+                }
+                SketchStep::VectorizeRegion { tensor, max_lanes } => {
+                    let Some(p) = s.position_of(*tensor) else {
+                        continue;
+                    };
+                    let Some(st) = s.stage(p) else { continue };
+                    let n = st.leaves.len();
+                    let spatial = st
+                        .leaf(n.wrapping_sub(1))
+                        .is_some_and(|l| l.kind == IterKind::Spatial && l.extent >= 2);
+                    if spatial {
+                        // As for `VectorizeInnermost`, a refusal leaves the loop scalar.
+                        let _ = s.apply(&Step::Annotate {
+                            stage: p as u32,
+                            iter: n as u32 - 1,
+                            annotation: Annotation::VectorizeUpTo(
+                                (*max_lanes).clamp(2, MAX_VECTOR_LANES) as u32,
+                            ),
                         });
                     }
                 }
