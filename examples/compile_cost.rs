@@ -19,11 +19,11 @@
 //! `LOWER_COST=1` times what the search pays per program (replaying its trace, lowering it,
 //! extracting its features: on conv2d's 256 tuning records 28, 280 and 42 us with this
 //! example's system allocator, one core of an AVX2 EPYC; with the `tensortune` binary's
-//! mimalloc 22, 208 and 36 us, and matmul 1024³'s 7, 101 and 29 us); `VARIANT=NAME` runs one setting; `PIPELINE`, `CODEGEN_LEVEL`, `MAX_UNROLL` and
-//! `LLVM_VECTORIZE=0` change the base setting.
+//! mimalloc 22, 208 and 36 us, and matmul 1024³'s 7, 101 and 29 us); `VARIANT=NAME[,NAME...]` runs those settings; `PIPELINE`, `CODEGEN_LEVEL`, `MAX_UNROLL` and
+//! `LLVM_VECTORIZE=0` and `WIDEN=0` change the base setting.
 //!
 //! The settings: `O3` (what tuning uses), `O3-unroll` (LLVM's unroller off), `O3-nest` (LLVM
-//! may also unroll loops around long loops and loops that update nothing), `exact` (no padded masked vectors), `O2`, and
+//! may also unroll loops around long loops and loops that update nothing), `exact` (no padded masked vectors), `unwidened` (no widened loops), `O2`, and
 //! `lean`, a short function pipeline (or the one in `LEAN`, in `opt -passes=` syntax).
 //!
 //! What it showed on conv2d's tuning candidates (one core, AMD EPYC znver5): LLVM's own
@@ -139,6 +139,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if let Ok(v) = std::env::var("LLVM_VECTORIZE") {
         base.llvm_vectorize = v != "0";
     }
+    if let Ok(v) = std::env::var("WIDEN") {
+        base.widen_lanes = v != "0";
+    }
     let lean = std::env::var("LEAN").unwrap_or_else(|_| {
         "function(sroa,early-cse<memssa>,simplifycfg,instcombine,loop-mssa(licm),\
          loop(loop-rotate,indvars,loop-unroll-full),sroa,gvn,sccp,instcombine,simplifycfg,\
@@ -166,6 +169,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "exact",
             CodegenOptions {
                 padded_vectors: false,
+                ..base.clone()
+            },
+        ),
+        (
+            "unwidened",
+            CodegenOptions {
+                widen_lanes: false,
                 ..base.clone()
             },
         ),
@@ -327,7 +337,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut reference: Option<Vec<f64>> = None;
     let only = std::env::var("VARIANT").ok();
     for (name, cg) in variants {
-        if only.as_deref().is_some_and(|o| o != name) {
+        if only
+            .as_deref()
+            .is_some_and(|o| !o.split(',').any(|o| o == name))
+        {
             continue;
         }
         let mut m = CpuMeasurer::new(MeasureOptions {

@@ -41,6 +41,7 @@ impl Builder {
             shape: shape.to_vec(),
             scope,
             kind,
+            row_pad: 0,
         });
         if !matches!(kind, BufKind::Temp) {
             self.params.push(id);
@@ -570,20 +571,22 @@ fn padded_vector_accesses_match() {
     }
 }
 
-#[test]
-fn non_power_of_two_lanes_in_main_memory_are_one_masked_access() {
+/// The unoptimized LLVM IR of `f`, or `None` (the test skips) on a host without AVX-512 masks.
+fn raw_ir_with_avx512_masks(f: &LoweredFunc, opts: CodegenOptions) -> Option<String> {
     let host = tensortune::codegen::HostTarget::host();
     if !(host.has_feature("avx512f") && host.has_feature("avx512vl")) {
         eprintln!("skipped: host {} has no AVX-512 masks", host.cpu);
-        return;
+        return None;
     }
     let raw = CodegenOptions {
         optimize: false,
-        ..CodegenOptions::default()
+        ..opts
     };
-    let f = rows_op(4, 14, DType::F32, Scope::Local);
-    let ir = tensortune::codegen::llvm::emit_llvm_ir(&f, &raw).expect("ir");
-    // A and B loaded and C stored as 16 lanes under a mask; T (a stack row) exactly.
+    Some(tensortune::codegen::llvm::emit_llvm_ir(f, &raw).expect("ir"))
+}
+
+/// [`rows_op`]'s main-memory accesses as 16 lanes under a mask: A and B loaded, C stored.
+fn assert_masked_main_memory(ir: &str) {
     assert_eq!(
         ir.matches("call <16 x float> @llvm.masked.load.v16f32")
             .count(),
@@ -595,13 +598,76 @@ fn non_power_of_two_lanes_in_main_memory_are_one_masked_access() {
         1,
         "{ir}"
     );
+}
+
+#[test]
+fn non_power_of_two_lanes_in_main_memory_are_one_masked_access() {
+    let f = rows_op(4, 14, DType::F32, Scope::Local);
+    let Some(ir) = raw_ir_with_avx512_masks(&f, CodegenOptions::default()) else {
+        return;
+    };
+    // T, an unpadded stack row, exactly: a full-width store would reach the next row.
+    assert_masked_main_memory(&ir);
     assert!(ir.contains("store <14 x float>"), "{ir}");
     let exact = CodegenOptions {
         padded_vectors: false,
-        ..raw
+        ..CodegenOptions::default()
     };
-    let ir = tensortune::codegen::llvm::emit_llvm_ir(&f, &exact).expect("ir");
+    let ir = raw_ir_with_avx512_masks(&f, exact).expect("checked above");
     assert!(!ir.contains("masked"), "{ir}");
+}
+
+/// [`rows_op`] on the stack, with the temporary row padded to a power of two as lowering pads
+/// local rows (`BufferDecl::row_pad`).
+fn padded_rows_op(rows: i64, w: i64, dtype: DType) -> LoweredFunc {
+    let mut f = rows_op(rows, w, dtype, Scope::Local);
+    let t = f
+        .buffers
+        .iter_mut()
+        .find(|b| b.name == "T")
+        .expect("the temporary");
+    let width = (w as u64).next_power_of_two() as i64;
+    t.shape = vec![width];
+    t.row_pad = width - w;
+    f
+}
+
+#[test]
+fn widened_vector_loops_match() {
+    for w in [3, 5, 7, 12, 14] {
+        for dtype in [DType::F32, DType::F64, DType::I32] {
+            let d = jit_vs_interp(&padded_rows_op(5, w, dtype), 1, 13);
+            assert!(d < 1e-6, "w={w} {dtype}: {d}");
+        }
+    }
+}
+
+#[test]
+fn non_power_of_two_lanes_run_widened_over_padded_rows() {
+    let f = padded_rows_op(4, 14, DType::F32);
+    let Some(ir) = raw_ir_with_avx512_masks(&f, CodegenOptions::default()) else {
+        return;
+    };
+    // Every value is 16 lanes, the padded stack row T loaded and stored whole.
+    assert!(!ir.contains("<14 x"), "{ir}");
+    assert_masked_main_memory(&ir);
+    assert!(ir.contains("store <16 x float>"), "{ir}");
+    assert!(ir.contains("load <16 x float>"), "{ir}");
+
+    // Not widened: an integer division by a loaded value (a padding lane would divide by
+    // zero).
+    let mut f = padded_rows_op(4, 14, DType::I32);
+    let divide = |e: &Expr| {
+        e.rewrite(&mut |x| match x {
+            Expr::Bin(BinOp::Mul, a, _) if matches!(**a, Expr::BufLoad { .. }) => {
+                Some(Expr::Bin(BinOp::Div, a.clone(), a.clone()))
+            }
+            _ => None,
+        })
+    };
+    f.body = f.body.map_exprs(&divide, &|b| b);
+    let ir = raw_ir_with_avx512_masks(&f, CodegenOptions::default()).expect("checked above");
+    assert!(ir.contains("<14 x i32>"), "{ir}");
 }
 
 /// `for o in 0..8 { for i in 0..inner { C[o, i] = A[o, i] + 1 } }`, or with `update`

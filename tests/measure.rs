@@ -54,6 +54,7 @@ fn with_body(body: impl FnOnce(BufId, BufId, BufId, &Var) -> Stmt) -> LoweredFun
         shape: vec![4, 4],
         scope: Scope::Global,
         kind,
+        row_pad: 0,
     };
     let (a, b, c) = (BufId(0), BufId(1), BufId(2));
     let i = Var::new(0, "i");

@@ -16,6 +16,7 @@ fn kernel() -> LoweredFunc {
         shape: vec![64],
         scope,
         kind,
+        row_pad: 0,
     };
     let (a, b, c, t) = (BufId(0), BufId(1), BufId(2), BufId(3));
     let (vo, vi, vi2) = (Var::new(0, "vo"), Var::new(1, "vi"), Var::new(2, "vi2"));

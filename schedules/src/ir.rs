@@ -120,18 +120,47 @@ pub struct BufferDecl {
     pub name: String,
     /// Element type.
     pub dtype: DType,
-    /// Logical shape of the region held, row-major; the flat size is the product.
+    /// Shape of the region held, row-major; the flat size is the product. The innermost
+    /// dimension includes `row_pad` elements of padding.
     pub shape: Vec<i64>,
     /// Memory scope.
     pub scope: Scope,
     /// Parameter or temporary.
     pub kind: BufKind,
+    /// Elements at the end of each innermost row that hold nothing: a local temporary whose
+    /// rows are a non-power-of-two number of elements gets rows of the next power of two, so
+    /// that a vector over a whole row can be loaded and stored at full width (see
+    /// `tensortune::codegen`). Never read or written as data.
+    #[serde(default)]
+    pub row_pad: i64,
 }
 
 impl BufferDecl {
-    /// Number of elements.
+    /// Number of elements, padding included.
     pub fn size(&self) -> i64 {
         self.shape.iter().product()
+    }
+
+    /// Elements of an innermost row that hold data (`shape`'s last dimension less `row_pad`).
+    pub fn row_len(&self) -> i64 {
+        self.shape.last().copied().unwrap_or(1) - self.row_pad
+    }
+}
+
+/// Rows of a local temporary up to this many elements are padded to a power of two (16: one
+/// AVX-512 vector of f32; a register tile's row is at most a vector).
+pub const MAX_PADDED_ROW: i64 = 16;
+
+/// The row padding [`BufferDecl::row_pad`] a temporary of `scope` and `shape` gets: rows of
+/// 3 to [`MAX_PADDED_ROW`] elements that are not a power of two grow to the next one (a
+/// register tile of 14 columns becomes rows of 16). Only local (stack) temporaries are padded:
+/// they are what LLVM keeps in registers, which masked accesses would prevent.
+pub fn row_padding(scope: Scope, shape: &[i64]) -> i64 {
+    match (scope, shape.last()) {
+        (Scope::Local, Some(&n)) if (3..=MAX_PADDED_ROW).contains(&n) && n.count_ones() > 1 => {
+            (n as u64).next_power_of_two() as i64 - n
+        }
+        _ => 0,
     }
 }
 
@@ -336,8 +365,13 @@ impl StmtPrinter<'_> {
             Stmt::Allocate { buf, body } => {
                 let b = self.func.buffer(*buf);
                 let shape: Vec<String> = b.shape.iter().map(|d| d.to_string()).collect();
+                let rows = if b.row_pad > 0 {
+                    format!(", rows of {}", b.row_len())
+                } else {
+                    String::new()
+                };
                 out.push_str(&format!(
-                    "{pad}allocate {}: {}[{}] {}\n",
+                    "{pad}allocate {}: {}[{}] {}{rows}\n",
                     b.name,
                     b.dtype,
                     shape.join(", "),

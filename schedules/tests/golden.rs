@@ -92,3 +92,23 @@ fn conv2d_padding_vectorized_by_region() {
     assert!(!text.contains("vectorized for w"), "{text}");
     common::check_state(&dag, &narrow, 11);
 }
+
+#[test]
+fn register_tile_rows_padded() {
+    // The accumulator tile is 4 rows of 14 columns; on the stack its rows are 16 apart, the
+    // last two elements of each never used.
+    let dag = common::dag("conv2d:N=1,C=2,H=4,W=14,K=3,R=3,S=3,stride=1,pad=1");
+    let mut s = State::new(&dag);
+    s.compute_inline(2).unwrap();
+    let l = s.cache_write(3, Scope::Local).unwrap(); // out.local at 3, out at 4
+    s.compute_at(l, 4, 1).unwrap(); // inside out's k loop: a [1, 1, 4, 14] region
+    s.reorder(l, &[0, 1, 2, 4, 5, 6, 3]).unwrap(); // n k y rc ry rx x
+    s.vectorize(l, 6).unwrap();
+    golden("register_tile_rows_padded", &s);
+    let text = lower(&s).unwrap().to_string();
+    assert!(
+        text.contains("allocate out.local: f32[1, 1, 4, 16] local, rows of 14"),
+        "{text}"
+    );
+    common::check_state(&dag, &s, 12);
+}

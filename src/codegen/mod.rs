@@ -94,6 +94,11 @@ pub struct CodegenOptions {
     /// 48 best programs of a conv2d tuning run (W = 56, so 14- and 28-lane tiles) the
     /// geometric-mean speed rose 7%, at the same compile time.
     pub padded_vectors: bool,
+    /// With `padded_vectors`, run a vectorized loop of a non-power-of-two lane count on the
+    /// next power of two lanes under a mask where its accesses to local temporaries are whole
+    /// padded rows (see `codegen::llvm::vector`), so that no value of an odd lane count is
+    /// left for instruction selection to take apart.
+    pub widen_lanes: bool,
 }
 
 impl Default for CodegenOptions {
@@ -112,6 +117,7 @@ impl Default for CodegenOptions {
             llvm_unroll_updates_only: true,
             llvm_vectorize: true,
             padded_vectors: true,
+            widen_lanes: true,
         }
     }
 }

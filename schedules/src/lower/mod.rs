@@ -192,17 +192,21 @@ impl<'a> Lowerer<'a> {
         let add = |l: &mut Self, t: TensorId, kind: BufKind| {
             let s = &st.stages()[l.pos[&t]];
             let id = BufId(l.bufs.len() as u32);
-            l.bufs.push(BufferDecl {
+            let scope = if matches!(kind, BufKind::Temp) {
+                s.scope
+            } else {
+                Scope::Global
+            };
+            let mut b = BufferDecl {
                 name: s.name().to_string(),
                 dtype: s.op.dtype,
                 shape: s.op.shape.clone(),
-                scope: if matches!(kind, BufKind::Temp) {
-                    s.scope
-                } else {
-                    Scope::Global
-                },
+                scope,
                 kind,
-            });
+                row_pad: 0,
+            };
+            pad_rows(&mut b);
+            l.bufs.push(b);
             l.buf_of.insert(t, id);
             id
         };
@@ -268,14 +272,19 @@ impl<'a> Lowerer<'a> {
     }
 
     fn flat_index(&self, t: TensorId, indices: &[Expr]) -> Expr {
-        let shape = &self.state.stages()[self.pos[&t]].op.shape;
+        // Strides come from the buffer's shape (the region's, rows padded), offsets from the
+        // region's base.
+        let shape = match self.buf_of.get(&t) {
+            Some(b) => &self.bufs[b.0 as usize].shape,
+            None => &self.state.stages()[self.pos[&t]].op.shape,
+        };
         let region = self.regions.get(&t);
         let mut flat: Option<Expr> = None;
         for (d, idx) in indices.iter().enumerate() {
-            let (i, n) = match region {
-                Some(r) if !r[d].full => (idx.clone() - r[d].base.clone(), r[d].extent),
-                Some(r) => (idx.clone(), r[d].extent),
-                None => (idx.clone(), shape[d]),
+            let n = shape[d];
+            let i = match region {
+                Some(r) if !r[d].full => idx.clone() - r[d].base.clone(),
+                _ => idx.clone(),
             };
             flat = Some(match flat {
                 None => i,
@@ -401,8 +410,9 @@ impl<'a> Lowerer<'a> {
                 }
             });
             let reg = infer_region(&other.op.shape, &accesses, &inner);
-            let b = self.buf_of[&other.tensor];
-            self.bufs[b.0 as usize].shape = reg.iter().map(|r| r.extent).collect();
+            let b = &mut self.bufs[self.buf_of[&other.tensor].0 as usize];
+            b.shape = reg.iter().map(|r| r.extent).collect();
+            pad_rows(b);
             self.regions.insert(other.tensor, reg);
             attached[lp].push(q);
         }
@@ -597,6 +607,14 @@ struct NestCtx<'a> {
     init: Option<Stmt>,
     update: Stmt,
     is_reduce: &'a Vec<bool>,
+}
+
+/// Gives a local temporary's rows their padding ([`crate::ir::row_padding`]).
+fn pad_rows(b: &mut BufferDecl) {
+    b.row_pad = crate::ir::row_padding(b.scope, &b.shape);
+    if let Some(last) = b.shape.last_mut() {
+        *last += b.row_pad;
+    }
 }
 
 impl OpKind {

@@ -42,10 +42,13 @@ pub(super) struct FnState<'ctx> {
 pub(super) struct VecCtx<'ctx> {
     /// Id of the vectorized loop variable.
     pub var: u32,
-    /// Lane count (the loop's extent).
+    /// Lanes of the vectors: the loop's extent, or in a widened loop the next power of two.
     pub lanes: u32,
     /// Active lanes under the enclosing varying conditions; `None` means all.
     pub mask: Option<VectorValue<'ctx>>,
+    /// In a widened loop (see [`super::vector`]), the mask of the lanes that are iterations of
+    /// the loop; `mask` starts as it and only ever narrows.
+    pub tail: Option<VectorValue<'ctx>>,
 }
 
 /// Emitter state for one module.
@@ -450,17 +453,25 @@ impl<'ctx> Gen<'ctx, '_> {
 
     fn vector_loop(&mut self, var: &Var, lanes: u32, body: &Stmt) -> Res<()> {
         let i64t = self.cx.i64_type();
-        let ramp: Vec<IntValue> = (0..lanes)
+        let widened = self.can_widen(body, var.id, lanes)?;
+        let width = if widened {
+            lanes.next_power_of_two()
+        } else {
+            lanes
+        };
+        let ramp: Vec<IntValue> = (0..width)
             .map(|l| i64t.const_int(l as u64, false))
             .collect();
         self.bind_var(
             var,
             Some(inkwell::types::VectorType::const_vector(&ramp).into()),
         );
+        let tail = widened.then(|| self.lane_prefix_mask(lanes, width));
         self.vec = Some(VecCtx {
             var: var.id,
-            lanes,
-            mask: None,
+            lanes: width,
+            mask: tail,
+            tail,
         });
         let r = self.stmt(body);
         self.vec = None;
