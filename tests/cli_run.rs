@@ -1,5 +1,5 @@
-//! `tensortune run` and `tensortune codegen` end to end: `.npy` in and out, errors as exit
-//! status 2 with one line.
+//! `tensortune run`, `tensortune codegen` and `tensortune tune --task-scheduler` end to end:
+//! `.npy` in and out, errors as exit status 2 with one line.
 
 use ndarray::{Array2, ArrayD};
 use std::process::Command;
@@ -87,4 +87,59 @@ fn codegen_prints_ir_and_asm() {
             "{emit}"
         );
     }
+}
+
+#[test]
+fn tune_takes_a_task_scheduler() {
+    let dir = std::env::temp_dir().join(format!("tt-cli-sched-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let db = dir.join("t.db");
+    let db = db.to_str().expect("utf-8 path");
+    let tune = |policy: &str| {
+        bin()
+            .args([
+                "tune",
+                "--workload",
+                "matmul:M=8,N=16,K=8",
+                "--workload",
+                "matmul:M=4,N=16,K=4@8",
+                "--trials",
+                "8",
+                "--batch-size",
+                "2",
+                "--population",
+                "16",
+                "--task-scheduler",
+                policy,
+                "--db",
+                db,
+                "--json",
+                "--quiet",
+            ])
+            .output()
+            .expect("runs")
+    };
+    // Round-robin: the same trials for both, whatever their weights and latencies.
+    let out = tune("round-robin");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let trials: Vec<u64> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|v| v.get("trials").and_then(|t| t.as_u64()))
+        .collect();
+    assert_eq!(trials, vec![4, 4], "{stdout}");
+
+    let out = tune("fastest");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("round-robin") && err.lines().count() == 1,
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

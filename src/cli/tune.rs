@@ -5,6 +5,7 @@ use super::CliError;
 use crate::tune::{tune_dags, Target, TuneError};
 use std::io::Write;
 use std::path::PathBuf;
+use tensortune_tuner::scheduler::Policy;
 use tensortune_tuner::TuneOptions;
 
 /// Arguments of `tensortune tune`.
@@ -44,6 +45,10 @@ pub struct TuneArgs {
     /// Programs per generation of the evolutionary search.
     #[arg(long, default_value_t = TuneOptions::default().population)]
     pub population: usize,
+    /// How rounds are given to workloads tuned together: `gradient` (the largest expected
+    /// reduction of total weighted latency) or `round-robin`.
+    #[arg(long, value_name = "POLICY", default_value = "gradient")]
+    pub task_scheduler: String,
     /// End stdout with one JSON object per workload.
     #[arg(long)]
     pub json: bool,
@@ -77,6 +82,12 @@ pub fn tune(args: &TuneArgs, out: &mut dyn Write) -> Result<(), CliError> {
     }
     let target =
         Target::parse(&args.target, args.threads).map_err(|e| CliError::Usage(e.to_string()))?;
+    let task_scheduler = Policy::parse(&args.task_scheduler).ok_or_else(|| {
+        CliError::Usage(format!(
+            "unknown --task-scheduler `{}`: gradient or round-robin",
+            args.task_scheduler
+        ))
+    })?;
     let mut tasks = Vec::new();
     for w in &args.workloads {
         let (spec, weight) = parse_weighted(w)?;
@@ -93,6 +104,7 @@ pub fn tune(args: &TuneArgs, out: &mut dyn Write) -> Result<(), CliError> {
         early_stop: args.early_stop,
         quiet: args.quiet,
         db: Some(args.db.clone()),
+        task_scheduler,
         ..TuneOptions::default()
     };
     let reports = tune_dags(tasks, &target, &opts).map_err(|e| match e {

@@ -59,6 +59,8 @@ pub struct TuneOptions {
     /// Re-measure this many of the best programs at the end, interleaved, and report the
     /// re-measured best (0 disables).
     pub remeasure_top: usize,
+    /// Which task gets each round when several are tuned together.
+    pub task_scheduler: crate::scheduler::Policy,
 }
 
 /// Relative weights of the mutation kinds.
@@ -108,6 +110,7 @@ impl Default for TuneOptions {
             quiet: false,
             db: None,
             remeasure_top: 3,
+            task_scheduler: crate::scheduler::Policy::Gradient,
         }
     }
 }

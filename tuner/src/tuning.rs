@@ -14,7 +14,7 @@
 
 use crate::measure::{MeasureErrorKind, MeasureResult, Measurer};
 use crate::options::TuneOptions;
-use crate::scheduler::{next_task, TaskStatus};
+use crate::scheduler::{next_task_by, TaskStatus};
 use crate::search::{fingerprint, program_fingerprint, Candidate, Scorer, SearchSpace};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -367,7 +367,7 @@ impl<'a> Tuner<'a> {
                 break;
             }
             let statuses: Vec<TaskStatus> = tasks.iter().map(|t| t.status.clone()).collect();
-            let Some(ti) = next_task(&statuses) else {
+            let Some(ti) = next_task_by(&statuses, self.opts.task_scheduler) else {
                 break;
             };
             let n = self
