@@ -22,12 +22,14 @@ pub struct TuneOptions {
     /// Worker threads the kernels may use (1: serial; no parallel loops are generated).
     pub threads: usize,
     /// Programs per generation of the evolutionary search (Ansor: 2048; TVM's MetaSchedule:
-    /// 512). 1024: scoring a generation (lowering and featurizing every program) was the
-    /// search's whole cost, 7 s of a one-minute conv2d run at 2048. On an AVX2 EPYC, one core,
-    /// 256 trials of the ResNet-50 conv2d layer, seeds 0 and 2, the best re-measured programs
-    /// were 63.4 and 59.3 GFLOP/s at 1024 (search 3.1-3.8 s), 51.4 and 58.1 at 512 (1.8 s),
-    /// 48.3 and 56.1 at 2048 (7.4-7.5 s): no sign that the larger population finds better
-    /// programs, within the machine's noise.
+    /// 512). 512: scoring a generation (lowering and featurizing every program) is the
+    /// search's whole cost. On an AVX-512 EPYC (znver4), one core, 256 trials, interleaved
+    /// runs: the ResNet-50 conv2d layer, seeds 0-2, reached 106.4, 105.2 and 102.4 GFLOP/s
+    /// re-measured at 512 (with 50 boosting rounds; search 1.0-1.2 s) against 97.9, 93.8 and
+    /// 97.1 at 1024 (100 rounds; search 2.1-2.4 s), and 110.0, 108.2 and 89.9 at 512 with 100
+    /// rounds; matmul 1024³, seeds 0-1, 104.7 and 101.4 at 512 (numpy: 87.6) against 105.9 and
+    /// 103.5 at 1024. Earlier, on an AVX2 EPYC, 2048 had found no better programs than 1024
+    /// for 2x the search time.
     pub population: usize,
     /// Generations per round (Ansor: 4).
     pub generations: usize,
@@ -96,7 +98,7 @@ impl Default for TuneOptions {
             early_stop: None,
             seed: 0,
             threads: 1,
-            population: 1024,
+            population: 512,
             generations: 4,
             mutation_prob: 0.85,
             mutation_weights: MutationWeights::default(),

@@ -77,10 +77,13 @@ impl Objective {
 pub struct GbdtOptions {
     /// The loss (default `rank:pairwise`: see the module documentation for the comparison).
     pub objective: Objective,
-    /// Boosting rounds per training (trees in the model). 100: on the held-out split of
-    /// `tensortune model eval` over six tuning databases (matmul 1024³, the ResNet conv2d
-    /// layer), three seeds each, 100 rounds ranked as well as 200 (mean pairwise accuracy
-    /// within 0.005) in half the training time; 50 lost up to 0.03 on some.
+    /// Boosting rounds per training (trees in the model). 50: on the held-out split of
+    /// `tensortune model eval` over nine tuning databases of an AVX-512 EPYC (znver4; eight of
+    /// the ResNet conv2d layer, one of matmul 1024³), three split seeds each, the mean pairwise
+    /// accuracy was 0.828 at 50 rounds, 0.827 at 100 and 0.828 at 30, in about half the
+    /// training time of 100; tuning runs then spent 0.7-0.9 s in the model against 1.4-1.6 s
+    /// and found programs as fast (see `TuneOptions::population`). Earlier, on six databases of
+    /// an AVX2 EPYC, 100 ranked as well as 200 and 50 lost up to 0.03 on some.
     pub rounds: u32,
     /// Maximum tree depth (Ansor: 10).
     pub max_depth: u32,
@@ -110,7 +113,7 @@ impl Default for GbdtOptions {
     fn default() -> GbdtOptions {
         GbdtOptions {
             objective: Objective::RankPairwise,
-            rounds: 100,
+            rounds: 50,
             max_depth: 10,
             max_bin: 64,
             eta: 0.2,
