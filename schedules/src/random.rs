@@ -200,7 +200,15 @@ pub fn random_step(state: &State, rng: &mut Rng) -> Option<Step> {
             }
         }
         _ => {
-            if rng.chance(0.5) {
+            if rng.chance(0.25) {
+                // Any permutation of the tensor's dimensions (refused for outputs).
+                let mut order: Vec<u32> = (0..s.op.shape.len() as u32).collect();
+                for i in (1..order.len()).rev() {
+                    let j = rng.below(i as u64 + 1) as usize;
+                    order.swap(i, j);
+                }
+                Step::ReorderStorage { stage, order }
+            } else if rng.chance(0.5) {
                 Step::AutoUnroll {
                     stage,
                     iter: 0,

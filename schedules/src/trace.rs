@@ -130,6 +130,15 @@ pub enum Step {
         /// Loop position of a reduce loop.
         iter: u32,
     },
+    /// Store the stage's buffer with its dimensions in `order` (outer to inner: storage
+    /// dimension `q` is the tensor's dimension `order[q]`); its loops and its readers' indices
+    /// are unchanged. Halide's `reorder_storage`.
+    ReorderStorage {
+        /// Stage position.
+        stage: u32,
+        /// A permutation of the tensor's dimensions.
+        order: Vec<u32>,
+    },
     /// Unroll loops at and inside `iter` whose nest has at most `max_step` iterations.
     AutoUnroll {
         /// Stage position.
@@ -252,6 +261,9 @@ impl fmt::Display for Step {
                 write!(f, "{a}(s{stage}, l{iter})")
             }
             Step::Rfactor { stage, iter } => write!(f, "rfactor(s{stage}, l{iter})"),
+            Step::ReorderStorage { stage, order } => {
+                write!(f, "reorder_storage(s{stage}, {order:?})")
+            }
             Step::AutoUnroll {
                 stage,
                 iter,

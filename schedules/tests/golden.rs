@@ -112,3 +112,21 @@ fn register_tile_rows_padded() {
     );
     common::check_state(&dag, &s, 12);
 }
+
+#[test]
+fn dense_weight_read_through_a_transposed_copy() {
+    // dense reads W[j, k]; its copy inside the tile is stored [k][j], so that the copy's
+    // rows run along j, the axis a register tile vectorizes.
+    let dag = common::dag("dense_bias_relu:M=4,N=16,K=8");
+    let mut s = State::new(&dag);
+    let w = s.cache_read(1, Scope::Local, &[3]).unwrap(); // 0 X, 1 W, 2 W.local, 3 bias, 4 dense
+    s.reorder_storage(w, &[1, 0]).unwrap();
+    s.compute_at(w, 4, 0).unwrap(); // inside dense's i loop
+    golden("dense_weight_read_through_a_transposed_copy", &s);
+    let text = lower(&s).unwrap().to_string();
+    assert!(
+        text.contains("allocate W.local: f32[8, 16] local"),
+        "{text}"
+    );
+    common::check_state(&dag, &s, 13);
+}

@@ -152,6 +152,32 @@ fn other_misuse() {
 }
 
 #[test]
+fn storage_orders_that_do_not_apply() {
+    let (_, mut s) = matmul(); // 0 A, 1 B, 2 C
+    let e = s.reorder_storage(2, &[1, 0]).unwrap_err();
+    assert!(e.to_string().contains("output"), "{e}");
+    assert!(matches!(
+        s.reorder_storage(0, &[1, 0]),
+        Err(E::Placeholder { .. })
+    ));
+    let b = s
+        .cache_read(1, tensortune_schedules::ir::Scope::Local, &[2])
+        .unwrap();
+    for order in [&[0, 0][..], &[1][..], &[0, 1, 2][..], &[2, 0][..]] {
+        assert!(
+            matches!(s.reorder_storage(b, order), Err(E::BadStorageOrder { .. })),
+            "{order:?}"
+        );
+    }
+    s.reorder_storage(b, &[1, 0]).unwrap();
+    // A stage with a storage order can no longer be cache-written (it is not untouched).
+    assert!(matches!(
+        s.cache_write(b, tensortune_schedules::ir::Scope::Local),
+        Err(E::BadCache { .. })
+    ));
+}
+
+#[test]
 fn dag_validation() {
     let mut g = Graph::new();
     let a = g.placeholder("A", &[4, 4], DType::F32);

@@ -200,7 +200,7 @@ impl<'a> Lowerer<'a> {
             let mut b = BufferDecl {
                 name: s.name().to_string(),
                 dtype: s.op.dtype,
-                shape: s.op.shape.clone(),
+                shape: in_storage_order(&s.op.shape, s.storage_order.as_deref()),
                 scope,
                 kind,
                 row_pad: 0,
@@ -272,23 +272,35 @@ impl<'a> Lowerer<'a> {
     }
 
     fn flat_index(&self, t: TensorId, indices: &[Expr]) -> Expr {
-        // Strides come from the buffer's shape (the region's, rows padded), offsets from the
-        // region's base.
-        let shape = match self.buf_of.get(&t) {
-            Some(b) => &self.bufs[b.0 as usize].shape,
-            None => &self.state.stages()[self.pos[&t]].op.shape,
-        };
+        // Offsets from the region's base; strides from the buffer's shape (the region's, in
+        // storage order, rows padded).
         let region = self.regions.get(&t);
-        let mut flat: Option<Expr> = None;
-        for (d, idx) in indices.iter().enumerate() {
-            let n = shape[d];
-            let i = match region {
+        let local: Vec<Expr> = indices
+            .iter()
+            .enumerate()
+            .map(|(d, idx)| match region {
                 Some(r) if !r[d].full => idx.clone() - r[d].base.clone(),
                 _ => idx.clone(),
-            };
+            })
+            .collect();
+        self.flatten(t, local)
+    }
+
+    /// Row-major offset of the element at `per_dim` (the tensor's dimensions in its own
+    /// order) in `t`'s buffer, whose dimensions are in the stage's storage order.
+    fn flatten(&self, t: TensorId, mut per_dim: Vec<Expr>) -> Expr {
+        let stage = &self.state.stages()[self.pos[&t]];
+        let shape = match self.buf_of.get(&t) {
+            Some(b) => &self.bufs[b.0 as usize].shape,
+            None => &stage.op.shape,
+        };
+        let mut flat: Option<Expr> = None;
+        for q in 0..per_dim.len() {
+            let d = stage.storage_order.as_ref().map_or(q, |o| o[q]);
+            let i = std::mem::replace(&mut per_dim[d], Expr::int(0));
             flat = Some(match flat {
                 None => i,
-                Some(f) => f * n + i,
+                Some(f) => f * shape[q] + i,
             });
         }
         flat.unwrap_or_else(|| Expr::int(0))
@@ -411,28 +423,21 @@ impl<'a> Lowerer<'a> {
             });
             let reg = infer_region(&other.op.shape, &accesses, &inner);
             let b = &mut self.bufs[self.buf_of[&other.tensor].0 as usize];
-            b.shape = reg.iter().map(|r| r.extent).collect();
+            let extents: Vec<i64> = reg.iter().map(|r| r.extent).collect();
+            b.shape = in_storage_order(&extents, other.storage_order.as_deref());
             pad_rows(b);
             self.regions.insert(other.tensor, reg);
             attached[lp].push(q);
         }
 
         let buf = self.buf_of[&s.tensor];
-        let store_index = {
-            let idx: Vec<Expr> = match &region {
+        let store_index = self.flatten(
+            s.tensor,
+            match &region {
                 Some(_) => local[..nsp].to_vec(),
                 None => axis_val[..nsp].to_vec(),
-            };
-            let shape: Vec<i64> = self.bufs[buf.0 as usize].shape.clone();
-            let mut flat: Option<Expr> = None;
-            for (d, i) in idx.into_iter().enumerate() {
-                flat = Some(match flat {
-                    None => i,
-                    Some(f) => f * shape[d] + i,
-                });
-            }
-            flat.unwrap_or_else(|| Expr::int(0))
-        };
+            },
+        );
         let reduce_vars: Vec<u32> = leaf_vars
             .iter()
             .filter(|(l, _)| s.iter(*l).kind == IterKind::Reduce)
@@ -607,6 +612,14 @@ struct NestCtx<'a> {
     init: Option<Stmt>,
     update: Stmt,
     is_reduce: &'a Vec<bool>,
+}
+
+/// `dims` (a tensor's extents, in its own order) in storage order `order`.
+fn in_storage_order(dims: &[i64], order: Option<&[usize]>) -> Vec<i64> {
+    match order {
+        Some(o) => o.iter().map(|&d| dims[d]).collect(),
+        None => dims.to_vec(),
+    }
 }
 
 /// Gives a local temporary's rows their padding ([`crate::ir::row_padding`]).

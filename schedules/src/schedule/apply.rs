@@ -54,6 +54,7 @@ impl State {
                 annotation,
             } => self.do_annotate(*stage, *iter, *annotation)?,
             Step::Rfactor { stage, iter } => self.do_rfactor(*stage, *iter)?,
+            Step::ReorderStorage { stage, order } => self.do_reorder_storage(*stage, order)?,
             Step::AutoUnroll {
                 stage,
                 iter,
@@ -349,6 +350,7 @@ impl State {
             && s.iters.iter().all(|i| i.annotation.is_none())
             && s.leaves.iter().enumerate().all(|(p, l)| l.0 as usize == p)
             && s.auto_unroll.is_none()
+            && s.storage_order.is_none()
     }
 
     fn fresh_var(&mut self, name: &str) -> Var {
@@ -490,6 +492,35 @@ impl State {
             rs.op = Arc::new(op);
         }
         self.stages.insert(stage as usize + 1, st);
+        Ok(())
+    }
+
+    fn do_reorder_storage(&mut self, stage: u32, order: &[u32]) -> Result<(), E> {
+        let s = self.compute_stage(stage, "given a storage order")?;
+        let bad = |why: &str| E::BadStorageOrder {
+            stage: s.name().to_string(),
+            why: why.to_string(),
+        };
+        if self.is_output(s.tensor) {
+            return Err(bad("an output's layout is the caller's"));
+        }
+        if s.location == Location::Inlined {
+            return Err(bad("it is inlined"));
+        }
+        let n = s.op.shape.len();
+        let mut seen = vec![false; n];
+        for &d in order {
+            match seen.get_mut(d as usize) {
+                Some(x) if !*x => *x = true,
+                _ => return Err(bad(&format!("{order:?} is not a permutation of 0..{n}"))),
+            }
+        }
+        if order.len() != n {
+            return Err(bad(&format!("{order:?} is not a permutation of 0..{n}")));
+        }
+        let natural = order.iter().enumerate().all(|(q, &d)| q == d as usize);
+        self.stages[stage as usize].storage_order =
+            (!natural).then(|| order.iter().map(|&d| d as usize).collect());
         Ok(())
     }
 

@@ -154,6 +154,8 @@ pub struct Stage {
     pub scope: Scope,
     /// `auto_unroll_max_step` pragma: the loop it starts at and the limit.
     pub auto_unroll: Option<(IterId, u32)>,
+    /// Storage order of its buffer's dimensions, outer to inner (`None`: the tensor's own).
+    pub storage_order: Option<Vec<usize>>,
 }
 
 impl Stage {
@@ -187,6 +189,7 @@ impl Stage {
             location: Location::Root,
             scope: Scope::Global,
             auto_unroll: None,
+            storage_order: None,
         }
     }
 
@@ -316,6 +319,14 @@ pub enum ScheduleError {
     /// An rfactor that does not apply.
     #[error("cannot rfactor `{stage}`: {why}")]
     BadRfactor {
+        /// The stage.
+        stage: String,
+        /// Why.
+        why: String,
+    },
+    /// A storage order that does not apply.
+    #[error("cannot reorder the storage of `{stage}`: {why}")]
+    BadStorageOrder {
         /// The stage.
         stage: String,
         /// Why.
@@ -572,6 +583,14 @@ impl State {
         max_lanes: u32,
     ) -> Result<(), ScheduleError> {
         self.annotate(stage, iter, Annotation::VectorizeUpTo(max_lanes))
+    }
+    /// Store the stage's buffer with its dimensions in `order` (see
+    /// [`Step::ReorderStorage`]).
+    pub fn reorder_storage(&mut self, stage: u32, order: &[u32]) -> Result<(), ScheduleError> {
+        self.apply(&Step::ReorderStorage {
+            stage,
+            order: order.to_vec(),
+        })
     }
     /// Unroll a loop.
     pub fn unroll(&mut self, stage: u32, iter: u32) -> Result<(), ScheduleError> {

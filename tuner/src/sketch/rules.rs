@@ -9,9 +9,11 @@
 //!   only consumer is an elementwise map of it (relu after dense), the consumer is tiled at the
 //!   two outer levels and the stage computed inside its tile (**fusion**); otherwise a
 //!   **cache-write** stage holds the accumulator tile and the stage itself copies it out. Where
-//!   an input is read along the innermost spatial axis (B of matmul), a second sketch also
-//!   **packs** it: a cache-read copy of the tile's columns, computed inside the tile, so the
-//!   register tile reads rows a vector apart rather than the input's width apart;
+//!   an input is indexed by the innermost spatial axis (B[k, j] of matmul, W[j, k] of dense),
+//!   a second sketch also **packs** it: a cache-read copy of the tile's columns, computed
+//!   inside the tile and stored with that axis last, so the register tile reads rows a vector
+//!   apart rather than the input's width apart (or, for W, rather than gathering a row apart
+//!   per lane);
 //! - **rfactor** of a reduction without reuse (softmax's row reductions, reduce_sum), as an
 //!   alternative to the plain structure: the innermost reduce loop becomes vector lanes of
 //!   partial results;
@@ -160,13 +162,15 @@ pub fn has_data_reuse(dag: &ComputeDag, t: TensorId) -> bool {
     reuse
 }
 
-/// An input worth packing for a tiled reduction: a placeholder whose innermost index is the
-/// stage's innermost spatial axis and which does not vary with some other spatial axis (B of
-/// matmul and batch matmul). The register tile reads it along that axis for successive
-/// reduction steps, a row of the input apart; copied into a local buffer over the tile's
-/// columns, those rows lie a vector apart instead of the input's whole width (with rows of
-/// 4 KiB, successive rows fall into one set of the L1 cache and evict each other).
-fn packable_input(dag: &ComputeDag, t: TensorId) -> Option<TensorId> {
+/// An input worth packing for a tiled reduction, and the position of its index that is the
+/// stage's innermost spatial axis: a placeholder indexed by that axis (a plain variable) and
+/// not varying with some other spatial axis. B[k, j] of matmul and batch matmul has it last:
+/// the register tile reads B along it for successive reduction steps, a row of B apart, and
+/// copied into a local buffer over the tile's columns those rows lie a vector apart instead
+/// of B's whole width (with rows of 4 KiB, successive rows fall into one set of the L1 cache
+/// and evict each other). W[j, k] of dense has it first: the tile's vector lanes would gather
+/// W a row apart each, and its copy is stored transposed ([`Step::ReorderStorage`]).
+fn packable_input(dag: &ComputeDag, t: TensorId) -> Option<(TensorId, usize)> {
     let OpKind::Compute {
         axes,
         body: Expr::Reduce { source, .. },
@@ -181,12 +185,14 @@ fn packable_input(dag: &ComputeDag, t: TensorId) -> Option<TensorId> {
             tensor, indices, ..
         } = e
         {
-            let innermost = matches!(indices.last(), Some(Expr::Var(v)) if v.id == last);
+            let at = indices
+                .iter()
+                .position(|i| matches!(i, Expr::Var(v) if v.id == last));
             let uses = |id: u32| indices.iter().any(|i| i.uses_var(id));
             let reuse = axes.iter().any(|a| !uses(a.var.id));
             let placeholder = matches!(dag.op(*tensor).kind, OpKind::Placeholder);
-            if innermost && reuse && placeholder && found.is_none() {
-                found = Some(*tensor);
+            if let (Some(at), true, true, None) = (at, reuse, placeholder, found) {
+                found = Some((*tensor, at));
             }
         }
     });
@@ -333,7 +339,7 @@ fn tile(
     dag: &ComputeDag,
     t: TensorId,
     consumer: Option<TensorId>,
-    pack: Option<TensorId>,
+    pack: Option<(TensorId, usize)>,
     opts: &TuneOptions,
 ) -> Result<Builder, ScheduleError> {
     let mut b = b.clone();
@@ -403,11 +409,12 @@ fn tile(
         hole,
     });
     let (ct, ot) = (b.tensor(compute), b.tensor(outer));
-    if let Some(x) = pack {
+    if let Some((x, at)) = pack {
         // The copy is computed inside the compute stage's tile, after its outer spatial
         // levels (region: every reduction step, the columns of levels 1..3 or 2..3) or at the
-        // outer reduce loop (the reduction steps of one pass over the register tile); its
-        // innermost axis is split like the register tile's vector lanes.
+        // outer reduce loop (the reduction steps of one pass over the register tile). Its axis
+        // along the tile's columns is stored last, split like the register tile's vector
+        // lanes, and its inner part is the copy's innermost loop.
         let xp = b.pos(x);
         b.fixed(Step::CacheRead {
             stage: xp,
@@ -417,7 +424,24 @@ fn tile(
         let cache = xp + 1;
         let pt = b.tensor(cache);
         let nd = dag.op(x).shape.len();
-        b.follow(cache, nd as u32 - 1, sp_holes[ns - 1], vec![(2, 3)])?;
+        if at + 1 != nd {
+            let mut order: Vec<u32> = (0..nd as u32).filter(|&d| d as usize != at).collect();
+            order.push(at as u32);
+            b.fixed(Step::ReorderStorage {
+                stage: cache,
+                order,
+            })?;
+        }
+        b.follow(cache, at as u32, sp_holes[ns - 1], vec![(2, 3)])?;
+        if at + 1 != nd {
+            // Loops now: axes before `at`, at.0, at.1, axes after; at.1 goes innermost.
+            let mut order: Vec<u32> = (0..=nd as u32).filter(|&l| l as usize != at + 1).collect();
+            order.push(at as u32 + 1);
+            b.fixed(Step::Reorder {
+                stage: cache,
+                order,
+            })?;
+        }
         let choices = vec![ns as i64 - 1, 2 * ns as i64 - 1, 2 * ns as i64];
         let hole = b.hole(Hole::Choice {
             choices: choices.clone(),
