@@ -1,5 +1,6 @@
 //! Every sketch of every op instantiates, with random decisions, to a schedule that lowers and
-//! computes what the direct evaluator computes; mutations keep that true.
+//! computes what the direct evaluator computes; mutations keep that true. And the sketches
+//! have the structures the rules promise (packing, transposed copies, padding by region).
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -70,4 +71,53 @@ fn sketches_of_every_op_are_correct() {
             sketches.iter().map(|s| s.name.as_str()).collect::<Vec<_>>()
         );
     }
+}
+
+#[test]
+fn sketch_structures() {
+    let names = |spec: &str| {
+        let dag = WorkloadSpec::parse(spec).unwrap().build().unwrap();
+        let sk = rules::generate(&dag, &TuneOptions::default());
+        (dag, sk)
+    };
+    let (_, mm) = names("matmul:M=64,N=64,K=64");
+    let mm: Vec<&str> = mm.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(mm, ["C:tile", "C:tile+pack"]);
+
+    // dense reads W[j, k]: its packed copy is stored with j (the tile's vector axis) last and
+    // the copy's innermost loop runs along j, vectorized.
+    let (dag, sk) = names("dense_bias_relu:M=64,N=64,K=32");
+    let pack = sk
+        .iter()
+        .find(|s| s.name.contains("tile+fuse+pack"))
+        .unwrap_or_else(|| panic!("{:?}", sk.iter().map(|s| &s.name).collect::<Vec<_>>()));
+    let mut rng = ChaCha8Rng::seed_from_u64(3);
+    let opts = TuneOptions::default();
+    let st = pack
+        .instantiate(&dag, &sample(pack, &mut rng, &opts))
+        .unwrap();
+    let text = st.trace().to_string();
+    assert!(text.contains("reorder_storage(s2, [1, 0])"), "{text}");
+    let f = lower(&st).unwrap().to_string();
+    let copy = f
+        .lines()
+        .skip_while(|l| !l.contains("vectorized for ax0.1"))
+        .nth(1)
+        .unwrap_or_else(|| panic!("no copy vectorized along j:\n{f}"));
+    assert!(copy.trim_start().starts_with("W.local["), "{f}");
+    check(&dag, &st, 1);
+
+    // conv2d's padding, when computed inside the tile, is vectorized over its region.
+    let (dag, sk) = names("conv2d:N=1,C=8,H=14,W=14,K=8,R=3,S=3,pad=1");
+    let root = sk.iter().find(|s| s.name.starts_with("pad:root")).unwrap();
+    let st = root
+        .instantiate(&dag, &sample(root, &mut rng, &opts))
+        .unwrap();
+    assert!(
+        st.trace()
+            .to_string()
+            .contains("vectorize_up_to_64(s2, l3)"),
+        "{}",
+        st.trace()
+    );
 }
