@@ -44,6 +44,8 @@ pub(super) struct VecCtx<'ctx> {
     pub var: u32,
     /// Lanes of the vectors: the loop's extent, or in a widened loop the next power of two.
     pub lanes: u32,
+    /// The loop's iterations: the first `active` lanes (all of them unless widened).
+    pub active: u32,
     /// Active lanes under the enclosing varying conditions; `None` means all.
     pub mask: Option<VectorValue<'ctx>>,
     /// In a widened loop (see [`super::vector`]), the mask of the lanes that are iterations of
@@ -470,6 +472,7 @@ impl<'ctx> Gen<'ctx, '_> {
         self.vec = Some(VecCtx {
             var: var.id,
             lanes: width,
+            active: lanes,
             mask: tail,
             tail,
         });
