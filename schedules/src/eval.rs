@@ -186,14 +186,14 @@ pub fn evaluate_points(
         .outputs()
         .get(output)
         .ok_or_else(|| EvalError::BadInput(format!("no output {output}")))?;
-    let mut tensors: Vec<Option<NdData>> = vec![None; dag.num_ops()];
+    let mut tensors: Vec<Option<&NdData>> = vec![None; dag.num_ops()];
     for (id, x) in dag.inputs().iter().zip(inputs) {
-        tensors[id.0 as usize] = Some(x.clone());
+        tensors[id.0 as usize] = Some(x);
     }
     let mut ev = PointEval {
         dag,
         inputs: tensors,
-        memo: vec![std::collections::HashMap::new(); dag.num_ops()],
+        memo: vec![PointMemo::default(); dag.num_ops()],
         depth: 0,
     };
     let shape = &dag.op(out).shape;
@@ -222,21 +222,50 @@ pub fn evaluate_points(
 
 struct PointEval<'a> {
     dag: &'a ComputeDag,
-    inputs: Vec<Option<NdData>>,
-    memo: Vec<std::collections::HashMap<Vec<i64>, Value>>,
+    inputs: Vec<Option<&'a NdData>>,
+    /// Computed elements of each intermediate tensor, by flat index.
+    memo: Vec<PointMemo>,
     depth: usize,
 }
 
+/// Elements of one tensor computed so far, keyed by flat index. Sampled points of a large
+/// workload touch hundreds of thousands of intermediate elements (conv2d's padded input), so
+/// the key is one integer with a cheap hash rather than an index vector through SipHash.
+type PointMemo = std::collections::HashMap<i64, Value, std::hash::BuildHasherDefault<FlatHasher>>;
+
+/// Hashes one `i64` key by a multiply-xorshift mix (the memo's keys are flat indices, never
+/// chosen by an adversary).
+#[derive(Default)]
+struct FlatHasher(u64);
+
+impl std::hash::Hasher for FlatHasher {
+    fn finish(&self) -> u64 {
+        let x = self.0.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        x ^ (x >> 29)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ b as u64;
+        }
+    }
+    fn write_i64(&mut self, i: i64) {
+        self.0 ^= i as u64;
+    }
+}
+
+/// Variables bound while computing one element: its axes and reduce axes, a handful, so a
+/// linear scan beats any map.
 struct PointEnv<'e, 'a> {
-    vars: std::collections::HashMap<u32, i64>,
+    vars: Vec<(u32, i64)>,
     ev: &'e mut PointEval<'a>,
 }
 
 impl Env for PointEnv<'_, '_> {
     fn var(&self, id: u32) -> Result<i64, EvalError> {
         self.vars
-            .get(&id)
-            .copied()
+            .iter()
+            .find(|(v, _)| *v == id)
+            .map(|&(_, x)| x)
             .ok_or_else(|| EvalError::Unsupported(format!("unbound variable #{id}")))
     }
     fn load(&mut self, e: &Expr, indices: &[i64]) -> Result<Value, EvalError> {
@@ -261,11 +290,14 @@ impl PointEval<'_> {
                 });
             }
         }
-        if let Some(x) = &self.inputs[t.0 as usize] {
-            let flat = idx.iter().zip(&x.shape).fold(0i64, |f, (&i, &n)| f * n + i);
+        let flat = idx
+            .iter()
+            .zip(&op.shape)
+            .fold(0i64, |f, (&i, &n)| f * n + i);
+        if let Some(x) = self.inputs[t.0 as usize] {
             return Ok(Value::read(&x.data, flat as usize));
         }
-        if let Some(v) = self.memo[t.0 as usize].get(idx) {
+        if let Some(v) = self.memo[t.0 as usize].get(&flat) {
             return Ok(*v);
         }
         let OpKind::Compute { axes, body } = &op.kind else {
@@ -277,7 +309,7 @@ impl PointEval<'_> {
                 "DAG too deep for point evaluation".into(),
             ));
         }
-        let vars = axes.iter().zip(idx).map(|(a, &i)| (a.var.id, i)).collect();
+        let vars: Vec<(u32, i64)> = axes.iter().zip(idx).map(|(a, &i)| (a.var.id, i)).collect();
         let dtype = op.dtype;
         let mut env = PointEnv { vars, ev: self };
         let v = match body {
@@ -288,10 +320,13 @@ impl PointEval<'_> {
             } => {
                 let mut acc = Value::from_const(combiner.identity(dtype));
                 let total: i64 = raxes.iter().map(|a| a.extent).product();
+                // Reduce variables go after the axes, in `raxes` order.
+                let first = env.vars.len();
+                env.vars.extend(raxes.iter().map(|a| (a.var.id, 0)));
                 for r in 0..total {
                     let mut rem = r;
-                    for a in raxes.iter().rev() {
-                        env.vars.insert(a.var.id, rem % a.extent);
+                    for (k, a) in raxes.iter().enumerate().rev() {
+                        env.vars[first + k].1 = rem % a.extent;
                         rem /= a.extent;
                     }
                     let x = scalar::eval(source, &mut env)?;
@@ -304,7 +339,7 @@ impl PointEval<'_> {
         // Stored values are rounded to the tensor's dtype, as a buffer would hold them.
         let v = v.cast(dtype);
         self.depth -= 1;
-        self.memo[t.0 as usize].insert(idx.to_vec(), v);
+        self.memo[t.0 as usize].insert(flat, v);
         Ok(v)
     }
 }
