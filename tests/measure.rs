@@ -174,6 +174,20 @@ fn sampled_check_for_large_workloads() {
         Some(MeasureErrorKind::WrongResult),
         "{r:?}"
     );
+    // Writes every element of C, all zero: no NaN is left, the sampled points catch it.
+    let zeros = with_body(|_, _, c, i| store_loop(i, 16, c, Expr::var(i), Expr::f32(0.0)));
+    let k = Kernel::compile(&zeros).expect("compiles");
+    let r = m.measure_kernels(&dag, &[k]);
+    let e = r[0].as_ref().err();
+    assert_eq!(
+        e.map(|e| e.kind),
+        Some(MeasureErrorKind::WrongResult),
+        "{r:?}"
+    );
+    assert!(
+        e.is_some_and(|e| e.message.contains("differs from the reference")),
+        "{r:?}"
+    );
 }
 
 #[test]
