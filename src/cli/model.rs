@@ -68,6 +68,12 @@ pub struct EvalArgs {
     /// Histogram bins per feature.
     #[arg(long)]
     pub max_bin: Option<u32>,
+    /// Maximum depth of a tree.
+    #[arg(long)]
+    pub max_depth: Option<u32>,
+    /// Minimum hessian in a child (larger: smaller trees).
+    #[arg(long)]
+    pub min_child_weight: Option<f64>,
     /// Print one JSON object instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -181,6 +187,12 @@ pub fn eval(args: &EvalArgs, out: &mut dyn Write) -> Result<(), CliError> {
     if let Some(b) = args.max_bin {
         gbdt.max_bin = b;
     }
+    if let Some(d) = args.max_depth {
+        gbdt.max_depth = d;
+    }
+    if let Some(w) = args.min_child_weight {
+        gbdt.min_child_weight = w;
+    }
     let opts = EvalOptions {
         min_samples: args.min_records,
         seed: args.seed,
@@ -188,7 +200,9 @@ pub fn eval(args: &EvalArgs, out: &mut dyn Write) -> Result<(), CliError> {
         objectives,
         ..EvalOptions::default()
     };
+    let started = std::time::Instant::now();
     let report = evaluate(&samples, &opts).map_err(model_error)?;
+    let eval_s = started.elapsed().as_secs_f64();
     let io = |e: std::io::Error| CliError::Internal(e.to_string());
     if args.json {
         let json = serde_json::json!({
@@ -197,6 +211,7 @@ pub fn eval(args: &EvalArgs, out: &mut dyn Write) -> Result<(), CliError> {
             "samples": loaded.samples,
             "failed": loaded.failed,
             "skipped_records": loaded.skipped.len(),
+            "eval_s": eval_s,
             "eval": report,
         });
         writeln!(out, "{json}").map_err(io)?;
@@ -238,6 +253,11 @@ pub fn eval(args: &EvalArgs, out: &mut dyn Write) -> Result<(), CliError> {
         )
         .map_err(io)?;
     }
+    writeln!(
+        out,
+        "training and evaluating took {eval_s:.2} s (every model, every workload)"
+    )
+    .map_err(io)?;
     for (w, n) in &report.skipped {
         writeln!(
             out,

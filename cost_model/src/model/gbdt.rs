@@ -85,13 +85,18 @@ pub struct GbdtOptions {
     /// and found programs as fast (see `TuneOptions::population`). Earlier, on six databases of
     /// an AVX2 EPYC, 100 ranked as well as 200 and 50 lost up to 0.03 on some.
     pub rounds: u32,
-    /// Maximum tree depth (Ansor: 10).
+    /// Maximum tree depth. 6 (XGBoost's default; Ansor uses 10): a tuning run's training set
+    /// is a few hundred programs. With `tensortune model eval` on twelve tuning databases of
+    /// an AVX-512 EPYC (znver4: five of the ResNet conv2d layer, four of matmul 1024³, three
+    /// of dense 64×512×784), three split seeds each, depths 4 to 10 ranked
+    /// held-out programs alike (mean pairwise accuracy 0.825-0.831 on the first six), and
+    /// depth 6 with 32 bins scored 0.831/0.816 pairwise, 0.845/0.824 Spearman and 0.389/0.533
+    /// top-5 recall (first six/other six) against 0.826/0.818, 0.837/0.816 and 0.389/0.522 at
+    /// depth 10 with 64 bins, in 0.3x the training time.
     pub max_depth: u32,
-    /// Histogram bins per feature (`hist` tree method). 64, against XGBoost's default of
-    /// 256: a tuning run's training set is a few hundred programs, and on three tuning
-    /// databases (matmul 1024³ and two of the ResNet conv2d layer, on an AVX2 host), three
-    /// split seeds each, 64 bins ranked held-out programs as well as 256 (mean pairwise
-    /// accuracy within 0.01 either way, 32 bins too) in about 0.6x the training time.
+    /// Histogram bins per feature (`hist` tree method). 32, against XGBoost's default of
+    /// 256 (see `max_depth` for the measurements; on an AVX2 host earlier, 32, 64 and 256
+    /// bins ranked within 0.01 of each other).
     pub max_bin: u32,
     /// Learning rate (Ansor: 0.2).
     pub eta: f64,
@@ -114,8 +119,8 @@ impl Default for GbdtOptions {
         GbdtOptions {
             objective: Objective::RankPairwise,
             rounds: 50,
-            max_depth: 10,
-            max_bin: 64,
+            max_depth: 6,
+            max_bin: 32,
             eta: 0.2,
             gamma: 0.001,
             min_child_weight: 0.0,
