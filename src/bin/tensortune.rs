@@ -10,7 +10,8 @@ use clap::{Parser, Subcommand};
 use tensortune::cli::{self, CliError};
 
 /// mimalloc: lowering and the search allocate many small expression nodes, and glibc's malloc
-/// took about half of the search's time (see `benches/search.rs`).
+/// took about half of the search's time (see `benches/search.rs`). Built with `override`, it
+/// also serves LLVM's and XGBoost's allocations (see `Cargo.toml`).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
