@@ -1,21 +1,19 @@
-//! [`Kernel`]: a lowered function compiled in-process by LLVM's MCJIT, with checked calls.
+//! [`Kernel`]: a lowered function compiled into this process (LLVM's ORC JIT, see
+//! [`crate::codegen::llvm::jit`]), with checked calls.
 //!
-//! A kernel owns its LLVM context and execution engine (the machine code lives in the
-//! engine's memory) and remembers the dtype and shape of every parameter, so that
+//! A kernel owns its machine code in the JIT (freed when the kernel is dropped) and remembers
+//! the dtype and shape of every parameter, so that
 //! [`Kernel::run`] can refuse arguments of the wrong count, dtype or shape with a
 //! [`RunError`] instead of letting generated code read out of bounds. Inputs are passed by
 //! shared reference and outputs by exclusive reference, and compilation rejects IR that
 //! stores into an input, which together make the `noalias` promise of the ABI true.
 
-use crate::codegen::llvm::build_module;
+use crate::codegen::llvm::jit::Loaded;
 use crate::codegen::{CodegenError, CodegenOptions};
 use crate::runtime::abi::{Status, TtRuntime};
 use crate::runtime::buffer::Element;
 use crate::runtime::{AlignedBuffer, BufferError, Runtime};
-use inkwell::context::Context;
-use inkwell::execution_engine::ExecutionEngine;
 use ndarray::{ArrayD, ArrayViewD, IxDyn};
-use std::mem::ManuallyDrop;
 use tensortune_schedules::data::NdData;
 use tensortune_schedules::ir::{BufKind, LoweredFunc, Stmt};
 use tensortune_schedules::lower::{lower, LowerError};
@@ -88,32 +86,19 @@ pub enum RunError {
 
 /// A compiled, callable kernel.
 pub struct Kernel {
-    // Field order matters only through `Drop`, which drops the engine (and with it the module
-    // and machine code) before the context both were created in.
-    engine: ManuallyDrop<ExecutionEngine<'static>>,
-    context: ManuallyDrop<Box<Context>>,
+    /// The machine code; `entry` points into it.
+    _code: Loaded,
     entry: PackedFn,
     name: String,
     params: Vec<ParamSpec>,
 }
 
-// SAFETY: after construction the LLVM objects are only touched by `Drop`, which has exclusive
-// access; moving a context with everything created in it to another thread is allowed by
-// LLVM (contexts are not shared between threads here). Calling the machine code concurrently
-// is safe: it only reads its code and the buffers it is given.
+// SAFETY: the machine code is immutable once linked and is freed only when the kernel is
+// dropped (`Loaded`); calling it concurrently is safe: it only reads its code and the buffers
+// it is given.
 unsafe impl Send for Kernel {}
 // SAFETY: as above; `&Kernel` gives access to nothing but the immutable code and metadata.
 unsafe impl Sync for Kernel {}
-
-impl Drop for Kernel {
-    fn drop(&mut self) {
-        // SAFETY: each field is dropped exactly once, the engine before its context.
-        unsafe {
-            ManuallyDrop::drop(&mut self.engine);
-            ManuallyDrop::drop(&mut self.context);
-        }
-    }
-}
 
 impl std::fmt::Debug for Kernel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -270,36 +255,13 @@ impl Kernel {
     pub fn compile_with(func: &LoweredFunc, opts: &CodegenOptions) -> Result<Kernel, CodegenError> {
         check_no_input_stores(func)?;
         let params = param_specs(func)?;
-        let context = Box::new(Context::create());
-        // SAFETY: the context is heap-allocated, never moved out of its box, and dropped
-        // only after the engine (see `Drop`), so this reference outlives every use.
-        let cx: &'static Context = unsafe { &*(&*context as *const Context) };
-        let module = build_module(cx, func, opts)?;
-        let syms = libsyms::table();
-        let decls: Vec<_> = syms
-            .iter()
-            .map(|(name, _)| {
-                module.get_function(name).unwrap_or_else(|| {
-                    let f32t = cx.f32_type();
-                    module.add_function(name, f32t.fn_type(&[], false), None)
-                })
-            })
-            .collect();
-        let engine = module
-            .create_jit_execution_engine(crate::codegen::llvm::codegen_level(opts.codegen_level))
-            .map_err(|e| CodegenError::Llvm(format!("JIT: {e}")))?;
-        for (f, (_, addr)) in decls.iter().zip(syms.iter()) {
-            engine.add_global_mapping(f, *addr);
-        }
-        let addr = engine
-            .get_function_address(&format!("{}_packed", func.name))
-            .map_err(|e| CodegenError::Llvm(format!("JIT lookup: {e}")))?;
-        // SAFETY: `NAME_packed` is emitted with exactly the `PackedFn` signature.
-        let entry: PackedFn = unsafe { std::mem::transmute::<usize, PackedFn>(addr) };
-        drop(module);
+        let code = crate::codegen::llvm::jit_compile(func, opts, &libsyms::table())?;
+        // SAFETY: `NAME_packed` is emitted with exactly the `PackedFn` signature, and the code
+        // stays loaded as long as `code`, which the kernel owns.
+        let entry: PackedFn =
+            unsafe { std::mem::transmute::<usize, PackedFn>(code.address as usize) };
         Ok(Kernel {
-            engine: ManuallyDrop::new(engine),
-            context: ManuallyDrop::new(context),
+            _code: code,
             entry,
             name: func.name.clone(),
             params,

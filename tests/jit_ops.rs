@@ -169,3 +169,51 @@ fn hand_matmul_schedule_is_correct() {
         );
     }
 }
+
+/// Kernels of the same name live side by side in the one JIT (their symbols are renamed
+/// apart), each keeps its own code after others are dropped, and kernels calling the C
+/// library (softmax's `expf`) link against the symbols the JIT defines.
+#[test]
+fn same_named_kernels_coexist_and_drop_independently() {
+    let specs = [
+        "softmax:M=3,N=9",
+        "matmul:M=4,N=5,K=6",
+        "reduce_sum:M=2,N=7",
+    ];
+    let dags: Vec<ComputeDag> = specs.iter().map(|s| dag(s)).collect();
+    let funcs: Vec<LoweredFunc> = dags
+        .iter()
+        .map(|d| lower(&State::new(d)).expect("lowers"))
+        .collect();
+    assert!(funcs.iter().all(|f| f.name == funcs[0].name), "one name");
+    let rt = Runtime::new(1).expect("runtime");
+    let run = |k: &Kernel, i: usize| {
+        let ins = random_inputs(&dags[i], 5).expect("inputs");
+        let want = eval::evaluate(&dags[i], &ins).expect("evaluate");
+        let got = k.run_nd(&rt, &ins).expect("runs");
+        let tol = tolerance(want[0].data.dtype(), max_reduction_len(&dags[i]));
+        let d = got[0].max_rel_diff(&want[0]).expect("same shape");
+        assert!(d <= tol, "{}: differs by {d}", specs[i]);
+    };
+    let mut kernels: Vec<Option<Kernel>> = funcs
+        .iter()
+        .map(|f| Some(Kernel::compile(f).expect("compiles")))
+        .collect();
+    for round in 0..3 {
+        for (i, k) in kernels.iter().enumerate() {
+            if let Some(k) = k {
+                run(k, i);
+            }
+        }
+        // Drop one kernel per round; the others still run, and a new one of the same name
+        // compiled afterwards too.
+        kernels[round] = None;
+        let again = Kernel::compile(&funcs[round]).expect("compiles again");
+        run(&again, round);
+    }
+    // Many compile-and-drop cycles: the JIT frees each kernel's code.
+    for _ in 0..50 {
+        let k = Kernel::compile(&funcs[0]).expect("compiles");
+        run(&k, 0);
+    }
+}

@@ -29,6 +29,7 @@
 
 mod expr;
 mod gen;
+pub(crate) mod jit;
 mod vector;
 
 use super::{CodegenError, CodegenOptions, HostTarget};
@@ -62,7 +63,6 @@ pub const LLVM_ARGS: &[&str] = &["-unroll-threshold=100", "-post-RA-scheduler=fa
 
 /// Registers the x86 target and sets the process's LLVM options ([`LLVM_ARGS`], then any in
 /// the environment variable `TENSORTUNE_LLVM_ARGS`, split at whitespace), once per process.
-/// inkwell links MCJIT in when an engine is made.
 pub(crate) fn init_llvm() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
@@ -189,6 +189,52 @@ fn check_name(name: &str) -> Result<(), CodegenError> {
             "function name `{name}` is not a C identifier"
         )))
     }
+}
+
+/// Compiles `func` into this process's JIT ([`jit`]): the module [`build_module`] makes,
+/// compiled to an object by this thread's host target machine at `opts.codegen_level`, with
+/// its external symbols renamed apart from every other kernel's. Returns the loaded code and
+/// the address of `NAME_packed`. `symbols` are the C functions generated code may call (the
+/// first call in the process fixes them).
+pub(crate) fn jit_compile(
+    func: &LoweredFunc,
+    opts: &CodegenOptions,
+    symbols: &[(&str, usize)],
+) -> Result<jit::Loaded, CodegenError> {
+    use inkwell::module::Linkage;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let jit = jit::jit(symbols)?;
+    let cx = Context::create();
+    let module = build_module(&cx, func, opts)?;
+    // Renamed after optimization, so the code is what `emit_object` writes for a build.
+    let tag = NEXT.fetch_add(1, Ordering::Relaxed);
+    let local = |l: Linkage| matches!(l, Linkage::Private | Linkage::Internal);
+    let mut next = module.get_first_function();
+    while let Some(f) = next {
+        next = f.get_next_function();
+        if f.count_basic_blocks() > 0 && !local(f.get_linkage()) {
+            let name = format!("{}.tt{tag}", f.get_name().to_string_lossy());
+            f.as_global_value().set_name(&name);
+        }
+    }
+    let mut next = module.get_first_global();
+    while let Some(g) = next {
+        next = g.get_next_global();
+        if !g.is_declaration() && !local(g.get_linkage()) {
+            let name = format!("{}.tt{tag}", g.get_name().to_string_lossy());
+            g.set_name(&name);
+        }
+    }
+    let write = |tm: &TargetMachine| {
+        tm.write_to_memory_buffer(&module, FileType::Object)
+            .map_err(|e| CodegenError::Llvm(e.to_string()))
+    };
+    let object = match codegen_level(opts.codegen_level) {
+        OptimizationLevel::Aggressive => with_pipeline_tm(write)?,
+        level => write(&host_target_machine_at(level)?)?,
+    };
+    jit.add(object.as_slice(), &format!("{}_packed.tt{tag}", func.name))
 }
 
 /// The optimized LLVM IR of `func`, as text.
