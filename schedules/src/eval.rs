@@ -230,28 +230,8 @@ struct PointEval<'a> {
 
 /// Elements of one tensor computed so far, keyed by flat index. Sampled points of a large
 /// workload touch hundreds of thousands of intermediate elements (conv2d's padded input), so
-/// the key is one integer with a cheap hash rather than an index vector through SipHash.
-type PointMemo = std::collections::HashMap<i64, Value, std::hash::BuildHasherDefault<FlatHasher>>;
-
-/// Hashes one `i64` key by a multiply-xorshift mix (the memo's keys are flat indices, never
-/// chosen by an adversary).
-#[derive(Default)]
-struct FlatHasher(u64);
-
-impl std::hash::Hasher for FlatHasher {
-    fn finish(&self) -> u64 {
-        let x = self.0.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        x ^ (x >> 29)
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = self.0.rotate_left(8) ^ b as u64;
-        }
-    }
-    fn write_i64(&mut self, i: i64) {
-        self.0 ^= i as u64;
-    }
-}
+/// the key is one integer with Fx's cheap hash rather than an index vector through SipHash.
+type PointMemo = rustc_hash::FxHashMap<i64, Value>;
 
 /// Variables bound while computing one element: its axes and reduce axes, a handful, so a
 /// linear scan beats any map.
