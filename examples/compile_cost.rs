@@ -17,12 +17,18 @@
 //! of its speed (68-78 against 52-65 GFLOP/s in three interleaved rounds): an unrolled
 //! padding copy inside the tile is part of what makes the best conv2d programs fast.
 //! `LOWER_COST=1` times what the search pays per program (replaying its trace, lowering it,
-//! extracting its features: on conv2d's 256 tuning records 28, 280 and 42 us with this
-//! example's system allocator, one core of an AVX2 EPYC; with the `tensortune` binary's
-//! mimalloc 22, 208 and 36 us, and matmul 1024³'s 7, 101 and 29 us); `VARIANT=NAME[,NAME...]` runs those settings; `PIPELINE`, `CODEGEN_LEVEL`, `MAX_UNROLL` and
+//! extracting its features), with the `tensortune` binary's allocator (mimalloc): on conv2d's
+//! 256 tuning records 22, 208 and 36 us (matmul 1024³'s 7, 101 and 29 us) while lowering
+//! rebuilt every expression it substituted into; copying only the changed subtrees and moving
+//! a stage's body into its nest instead of cloning it cut lowering to 129-142 us (one core of
+//! an AMD EPYC znver4; 33% fewer instructions, the same loop IR for 384 conv2d and matmul
+//! programs). `VARIANT=NAME[,NAME...]` runs those settings; `PIPELINE`, `CODEGEN_LEVEL`,
+//! `MAX_UNROLL` and
 //! `LLVM_VECTORIZE=0` and `WIDEN=0` change the base setting.
 //!
-//! The settings: `O3` (what tuning uses), `O3-unroll` (LLVM's unroller off), `O3-nest` (LLVM
+//! The settings: `O3` (what tuning uses), `O3-unroll` (LLVM's unroller off), `O3-novec`
+//! (LLVM's loop and SLP vectorizers off: on 256 conv2d candidates the same compile time,
+//! 8.31 against 8.24 s, and speed within noise), `O3-nest` (LLVM
 //! may also unroll loops around long loops and loops that update nothing), `exact` (no padded masked vectors), `unwidened` (no widened loops), `O2`, and
 //! `lean`, a short function pipeline (or the one in `LEAN`, in `opt -passes=` syntax).
 //!
@@ -42,6 +48,11 @@
 
 use std::time::Instant;
 use tensortune::codegen::CodegenOptions;
+
+/// The `tensortune` binary's allocator, so that the costs measured here are the ones tuning
+/// pays (glibc's malloc costs the search about twice as much; see `src/bin/tensortune.rs`).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use tensortune::measure::{CpuMeasurer, MeasureOptions};
 use tensortune::tune::tuning_measure_options;
 use tensortune_records::Database;
@@ -154,6 +165,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "O3-unroll",
             CodegenOptions {
                 llvm_unroll: false,
+                ..base.clone()
+            },
+        ),
+        (
+            "O3-novec",
+            CodegenOptions {
+                llvm_vectorize: false,
                 ..base.clone()
             },
         ),

@@ -593,44 +593,91 @@ impl Expr {
     /// Rebuilds the expression bottom-up: `f` sees each node after its children were rebuilt
     /// and returns `Some(replacement)` or `None` to keep the node.
     pub fn rewrite(&self, f: &mut dyn FnMut(&Expr) -> Option<Expr>) -> Expr {
-        fn b(e: &Expr, f: &mut dyn FnMut(&Expr) -> Option<Expr>) -> Box<Expr> {
-            Box::new(e.rewrite(f))
+        self.rewrite_changed(f).unwrap_or_else(|| self.clone())
+    }
+
+    /// [`Expr::rewrite`] that copies only what changes: `None` when `f` kept every node, so
+    /// that a subtree `f` leaves alone is neither rebuilt nor copied (lowering rewrites big
+    /// expressions in which most subtrees do not use the variables being replaced).
+    pub fn rewrite_changed(&self, f: &mut dyn FnMut(&Expr) -> Option<Expr>) -> Option<Expr> {
+        fn kid(old: &Expr, new: Option<Expr>) -> Box<Expr> {
+            Box::new(new.unwrap_or_else(|| old.clone()))
         }
         let rebuilt = match self {
-            Expr::Const(_) | Expr::Var(_) => self.clone(),
-            Expr::Bin(op, x, y) => Expr::Bin(*op, b(x, f), b(y, f)),
-            Expr::Cmp(op, x, y) => Expr::Cmp(*op, b(x, f), b(y, f)),
-            Expr::And(x, y) => Expr::And(b(x, f), b(y, f)),
-            Expr::Or(x, y) => Expr::Or(b(x, f), b(y, f)),
-            Expr::Not(x) => Expr::Not(b(x, f)),
-            Expr::Cast(d, x) => Expr::Cast(*d, b(x, f)),
-            Expr::Call(c, x) => Expr::Call(*c, b(x, f)),
-            Expr::Select(c, t, e) => Expr::Select(b(c, f), b(t, f), b(e, f)),
+            Expr::Const(_) | Expr::Var(_) => None,
+            Expr::Bin(op, x, y) => match (x.rewrite_changed(f), y.rewrite_changed(f)) {
+                (None, None) => None,
+                (a, b) => Some(Expr::Bin(*op, kid(x, a), kid(y, b))),
+            },
+            Expr::Cmp(op, x, y) => match (x.rewrite_changed(f), y.rewrite_changed(f)) {
+                (None, None) => None,
+                (a, b) => Some(Expr::Cmp(*op, kid(x, a), kid(y, b))),
+            },
+            Expr::And(x, y) => match (x.rewrite_changed(f), y.rewrite_changed(f)) {
+                (None, None) => None,
+                (a, b) => Some(Expr::And(kid(x, a), kid(y, b))),
+            },
+            Expr::Or(x, y) => match (x.rewrite_changed(f), y.rewrite_changed(f)) {
+                (None, None) => None,
+                (a, b) => Some(Expr::Or(kid(x, a), kid(y, b))),
+            },
+            Expr::Not(x) => x.rewrite_changed(f).map(|a| Expr::Not(Box::new(a))),
+            Expr::Cast(d, x) => x.rewrite_changed(f).map(|a| Expr::Cast(*d, Box::new(a))),
+            Expr::Call(c, x) => x.rewrite_changed(f).map(|a| Expr::Call(*c, Box::new(a))),
+            Expr::Select(c, t, e) => match (
+                c.rewrite_changed(f),
+                t.rewrite_changed(f),
+                e.rewrite_changed(f),
+            ) {
+                (None, None, None) => None,
+                (a, b, d) => Some(Expr::Select(kid(c, a), kid(t, b), kid(e, d))),
+            },
             Expr::Load {
                 tensor,
                 dtype,
                 indices,
-            } => Expr::Load {
-                tensor: *tensor,
-                dtype: *dtype,
-                indices: indices.iter().map(|i| i.rewrite(f)).collect(),
-            },
-            Expr::BufLoad { buf, dtype, index } => Expr::BufLoad {
-                buf: *buf,
-                dtype: *dtype,
-                index: b(index, f),
-            },
+            } => {
+                let mut out: Option<Vec<Expr>> = None;
+                for (k, i) in indices.iter().enumerate() {
+                    match (i.rewrite_changed(f), &mut out) {
+                        (Some(n), Some(v)) => v.push(n),
+                        (Some(n), None) => {
+                            let mut v = Vec::with_capacity(indices.len());
+                            v.extend_from_slice(&indices[..k]);
+                            v.push(n);
+                            out = Some(v);
+                        }
+                        (None, Some(v)) => v.push(i.clone()),
+                        (None, None) => {}
+                    }
+                }
+                out.map(|indices| Expr::Load {
+                    tensor: *tensor,
+                    dtype: *dtype,
+                    indices,
+                })
+            }
+            Expr::BufLoad { buf, dtype, index } => {
+                index.rewrite_changed(f).map(|i| Expr::BufLoad {
+                    buf: *buf,
+                    dtype: *dtype,
+                    index: Box::new(i),
+                })
+            }
             Expr::Reduce {
                 combiner,
                 source,
                 axes,
-            } => Expr::Reduce {
+            } => source.rewrite_changed(f).map(|s| Expr::Reduce {
                 combiner: *combiner,
-                source: b(source, f),
+                source: Box::new(s),
                 axes: axes.clone(),
-            },
+            }),
         };
-        f(&rebuilt).unwrap_or(rebuilt)
+        match rebuilt {
+            Some(r) => Some(f(&r).unwrap_or(r)),
+            None => f(self),
+        }
     }
 
     /// Replaces variables by expressions (`map` gives the replacement of a var id).
@@ -948,5 +995,65 @@ impl fmt::Display for ExprDisplay<'_> {
                 write!(f, "])")
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> (Var, Var, Expr) {
+        let (i, j) = (Var::new(0, "i"), Var::new(1, "j"));
+        let e = select(
+            (Expr::Var(i) * 4i64 + 1i64).lt(10i64),
+            Expr::Var(j) * 2i64 + Expr::Var(i),
+            Expr::int(7),
+        );
+        (i, j, e)
+    }
+
+    #[test]
+    fn rewrite_changed_is_none_when_nothing_changes() {
+        let (_, _, e) = sample();
+        let mut seen = 0;
+        let r = e.rewrite_changed(&mut |_| {
+            seen += 1;
+            None
+        });
+        assert!(r.is_none());
+        // Every node was offered to `f` (the select, its 3 operands and their subtrees).
+        let mut nodes = 0;
+        e.visit(&mut |_| nodes += 1);
+        assert_eq!(seen, nodes);
+        assert_eq!(e.substitute(&|_| None), e);
+    }
+
+    #[test]
+    fn rewrite_replaces_only_what_f_changes() {
+        let (i, j, e) = sample();
+        let by_hand = select(
+            (Expr::int(3) * 4i64 + 1i64).lt(10i64),
+            Expr::Var(j) * 2i64 + Expr::int(3),
+            Expr::int(7),
+        );
+        assert_eq!(
+            e.substitute(&|v| (v.id == i.id).then(|| Expr::int(3))),
+            by_hand
+        );
+        // Bottom-up: `f` sees a parent after its children were replaced.
+        let folded = e.rewrite(&mut |n| match n {
+            Expr::Bin(BinOp::Mul, a, b) => match (&**a, &**b) {
+                (Expr::Const(Const::I64(x)), Expr::Const(Const::I64(y))) => Some(Expr::int(x * y)),
+                _ => None,
+            },
+            Expr::Var(v) if v.id == i.id => Some(Expr::int(3)),
+            _ => None,
+        });
+        let want = select(
+            (Expr::int(12) + 1i64).lt(10i64),
+            Expr::Var(j) * 2i64 + Expr::int(3),
+            Expr::int(7),
+        );
+        assert_eq!(folded, want);
     }
 }

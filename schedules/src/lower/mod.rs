@@ -22,7 +22,7 @@ pub mod partition;
 use crate::expr::{BufId, Expr, IterVar, TensorId, Var};
 use crate::ir::{BufKind, BufferDecl, ForKind, LoweredFunc, Scope, Stmt};
 use crate::schedule::{derive_extents, root_values, IterId, IterKind, Location, State};
-use crate::simplify::{substitute_stmt, Simplifier};
+use crate::simplify::Simplifier;
 use crate::te::OpKind;
 use crate::trace::Annotation;
 use bound::{infer_region, DimRegion};
@@ -536,34 +536,44 @@ impl<'a> Lowerer<'a> {
         let first_reduce = leaf_vars
             .iter()
             .position(|(l, _)| s.iter(*l).kind == IterKind::Reduce);
-        let nest = NestCtx {
+        let mut nest = NestCtx {
             leaf_vars: &leaf_vars,
             kinds: &kinds,
             attached: &attached,
             first_reduce,
             init,
-            update,
+            update: Some(update),
             is_reduce: &leaf_vars
                 .iter()
                 .map(|(l, _)| s.iter(*l).kind == IterKind::Reduce)
                 .collect::<Vec<_>>(),
         };
-        self.nest(&nest, 0, false)
+        self.nest(&mut nest, 0, false)
     }
 
-    fn nest(&mut self, c: &NestCtx, q: usize, main: bool) -> Result<Stmt, LowerError> {
+    /// The loop nest of a stage from leaf position `q` in: each position is reached once
+    /// (the init nest branches off at the first reduce loop), so the init and update
+    /// statements are moved out of `c`, not copied.
+    fn nest(&mut self, c: &mut NestCtx, q: usize, main: bool) -> Result<Stmt, LowerError> {
         if Some(q) == c.first_reduce && !main {
-            let init = match &c.init {
+            let init = match c.init.take() {
                 Some(i) => {
-                    // The init nest binds its own copies of the spatial loop variables.
-                    let mut s = i.clone();
+                    // The init nest binds its own copies of the spatial loop variables,
+                    // substituted in one pass.
+                    let mut fresh: Vec<(usize, Var)> = Vec::new();
+                    let mut map: HashMap<u32, Expr> = HashMap::default();
                     for r in (q..c.leaf_vars.len()).rev() {
                         if c.is_reduce[r] {
                             continue;
                         }
                         let old = &c.leaf_vars[r].1.var;
                         let v = self.fresh(old.name);
-                        s = substitute_stmt(&s, old.id, &Expr::Var(v));
+                        map.insert(old.id, Expr::Var(v));
+                        fresh.push((r, v));
+                    }
+                    let mut s =
+                        i.map_exprs(&|e| e.substitute(&|x| map.get(&x.id).cloned()), &|b| b);
+                    for (r, v) in fresh {
                         s = Stmt::For {
                             var: v,
                             extent: c.leaf_vars[r].1.extent,
@@ -579,7 +589,10 @@ impl<'a> Lowerer<'a> {
             return Ok(Stmt::seq(vec![init, main_nest]));
         }
         if q == c.leaf_vars.len() {
-            return Ok(c.update.clone());
+            return c
+                .update
+                .take()
+                .ok_or_else(|| LowerError::Verify("a stage's body was emitted twice".into()));
         }
         let mut inner = vec![];
         let mut allocs = vec![];
@@ -610,7 +623,7 @@ struct NestCtx<'a> {
     attached: &'a [Vec<usize>],
     first_reduce: Option<usize>,
     init: Option<Stmt>,
-    update: Stmt,
+    update: Option<Stmt>,
     is_reduce: &'a Vec<bool>,
 }
 
