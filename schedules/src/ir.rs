@@ -224,6 +224,33 @@ pub struct LoweredFunc {
     pub num_vars: u32,
 }
 
+impl Stmt {
+    /// Statements this emits per run, counting each unrolled loop's body `extent` times:
+    /// the copies that unrolled loops multiply (a vectorized or serial loop's body counts
+    /// once). What code generation and compile time grow with.
+    pub fn unrolled_copies(&self) -> i64 {
+        match self {
+            Stmt::Seq(items) => items
+                .iter()
+                .map(Stmt::unrolled_copies)
+                .fold(0, |a: i64, b| a.saturating_add(b)),
+            Stmt::For {
+                extent, kind, body, ..
+            } => match kind {
+                ForKind::Unrolled => extent.saturating_mul(body.unrolled_copies()),
+                _ => body.unrolled_copies(),
+            },
+            Stmt::If {
+                then, otherwise, ..
+            } => then
+                .unrolled_copies()
+                .saturating_add(otherwise.as_deref().map_or(0, Stmt::unrolled_copies)),
+            Stmt::Allocate { body, .. } => body.unrolled_copies(),
+            Stmt::Store { .. } | Stmt::Sync => 1,
+        }
+    }
+}
+
 impl LoweredFunc {
     /// The declaration of a buffer.
     pub fn buffer(&self, id: BufId) -> &BufferDecl {
@@ -425,5 +452,57 @@ impl fmt::Display for LoweredFunc {
         let mut out = String::new();
         StmtPrinter { func: self }.stmt(&self.body, 1, &mut out);
         f.write_str(&out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::expr::{BufId, Expr, Var};
+
+    fn store(i: u32) -> Stmt {
+        Stmt::Store {
+            buf: BufId(0),
+            index: Expr::Var(Var::new(i, "i")),
+            value: Expr::int(0),
+        }
+    }
+
+    fn for_(id: u32, extent: i64, kind: ForKind, body: Stmt) -> Stmt {
+        Stmt::For {
+            var: Var::new(id, "v"),
+            extent,
+            kind,
+            body: Box::new(body),
+        }
+    }
+
+    #[test]
+    fn unrolled_copies_multiply_only_through_unrolled_loops() {
+        // unrolled 4 { serial 100 { unrolled 3 { a; if { b } else { c } } } ; vectorized 16 { d } }
+        let inner = for_(
+            2,
+            3,
+            ForKind::Unrolled,
+            Stmt::Seq(vec![
+                store(2),
+                Stmt::If {
+                    cond: Expr::Var(Var::new(2, "k")).lt(1i64),
+                    then: Box::new(store(2)),
+                    otherwise: Some(Box::new(store(2))),
+                },
+            ]),
+        );
+        let body = Stmt::Seq(vec![
+            for_(1, 100, ForKind::Serial, inner),
+            for_(3, 16, ForKind::Vectorized, store(3)),
+        ]);
+        let s = for_(0, 4, ForKind::Unrolled, body);
+        // Per copy of the outer loop: 3 * (1 + 2) + 1 = 10.
+        assert_eq!(s.unrolled_copies(), 40);
+        assert_eq!(
+            for_(0, i64::MAX, ForKind::Unrolled, s).unrolled_copies(),
+            i64::MAX
+        );
     }
 }

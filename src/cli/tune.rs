@@ -45,6 +45,10 @@ pub struct TuneArgs {
     /// Programs per generation of the evolutionary search.
     #[arg(long, default_value_t = TuneOptions::default().population)]
     pub population: usize,
+    /// Leave out programs whose unrolled loops copy out more statements than this (0: no
+    /// limit); they are slow to compile and slow to run.
+    #[arg(long, value_name = "N", default_value_t = TuneOptions::default().max_unrolled_statements.unwrap_or(0))]
+    pub max_unrolled_statements: i64,
     /// How rounds are given to workloads tuned together: `gradient` (the largest expected
     /// reduction of total weighted latency) or `round-robin`.
     #[arg(long, value_name = "POLICY", default_value = "gradient")]
@@ -98,6 +102,8 @@ pub fn tune(args: &TuneArgs, out: &mut dyn Write) -> Result<(), CliError> {
         trials: args.trials,
         batch_size: args.batch_size.max(1),
         population: args.population.max(1),
+        max_unrolled_statements: (args.max_unrolled_statements > 0)
+            .then_some(args.max_unrolled_statements),
         seed: args.seed,
         threads: args.threads.max(1),
         time_budget_s: args.time_budget,

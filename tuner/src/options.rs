@@ -51,6 +51,17 @@ pub struct TuneOptions {
     pub model_warmup: usize,
     /// Probability of a non-perfect tile size (with a guarded tail) when sampling.
     pub imperfect_tile_prob: f64,
+    /// Programs whose loop IR, with unrolled loops copied out, holds more statements than
+    /// this are not proposed (`None`: no limit; see `Stmt::unrolled_copies`). Compile time
+    /// grows with that count and these programs are slow: in three conv2d runs (ResNet-50
+    /// layer, 256 trials, one core of an AMD EPYC znver4) the 4-7 programs over 128 took
+    /// 100-230 ms each to compile against 30-40 ms for most, 5-10% of all compile time, and
+    /// ran at 13-33 GFLOP/s where the best reached 100; the best programs held 4-50
+    /// statements, matmul 1024³'s best 3-66. Side by side on seeds 0-2, with the limit against
+    /// without: compiling 6.7, 8.3 and 7.3 s against 8.4, 9.0 and 7.7 s; best re-measured
+    /// 89.5, 102.2 and 88.1 GFLOP/s against 100.0, 88.9 and 105.5 (within the spread between
+    /// runs of one setting).
+    pub max_unrolled_statements: Option<i64>,
     /// A candidate whose first run is this many times slower than the best so far is timed
     /// once and recorded as cut short (TVM spent minutes timing hopeless candidates fully).
     pub hopeless_factor: f64,
@@ -108,6 +119,7 @@ impl Default for TuneOptions {
             unroll_steps: vec![0, 16, 64, 512],
             model_warmup: 64,
             imperfect_tile_prob: 0.1,
+            max_unrolled_statements: Some(128),
             hopeless_factor: 4.0,
             quiet: false,
             db: None,

@@ -9,7 +9,8 @@
 //!    else a copy;
 //! 3. the batch is the best kept programs by score, plus `eps_greedy` of it drawn from the
 //!    random samples, none measured before and none twice, by trace and by the loop IR it
-//!    lowers to.
+//!    lowers to, and none whose unrolled loops copy out more than `max_unrolled_statements`
+//!    statements (slow to compile, and slow).
 //!
 //! Everything random comes from the caller's generator, so a seed fixes the round.
 
@@ -54,10 +55,17 @@ pub fn fingerprint(state: &State) -> u64 {
 /// the same program (an unroll limit above the size of every loop nest, a compute location
 /// that lowers alike) are measured once. `None` when the state does not lower.
 pub fn program_fingerprint(state: &State) -> Option<u64> {
+    lowered_program(state).map(|(fp, _)| fp)
+}
+
+/// A state's [`program_fingerprint`] and the statements of its loop IR with unrolled loops
+/// copied out ([`tensortune_schedules::ir::Stmt::unrolled_copies`]); `None` when the state
+/// does not lower.
+pub fn lowered_program(state: &State) -> Option<(u64, i64)> {
     let f = tensortune_schedules::lower::lower(state).ok()?;
     let mut h = std::collections::hash_map::DefaultHasher::new();
     f.to_string().hash(&mut h);
-    Some(h.finish())
+    Some((h.finish(), f.body.unrolled_copies()))
 }
 
 /// The search space of one workload: its DAG and sketches.
@@ -178,11 +186,16 @@ impl SearchSpace {
         let n_random = ((n as f64) * opts.eps_greedy).round() as usize;
         let mut out = Vec::with_capacity(n);
         let mut taken: HashSet<u64> = HashSet::new();
-        // A new trace may still make a program measured before, or one already taken.
-        let new_program = |c: &Candidate, taken: &mut HashSet<u64>| {
-            program_fingerprint(&c.state)
-                .map(|p| !measured.contains(&p) && taken.insert(p))
-                .unwrap_or(true)
+        // A new trace may still make a program measured before, or one already taken; a
+        // program over `max_unrolled_statements` is not proposed at all.
+        let new_program = |c: &Candidate, taken: &mut HashSet<u64>| match lowered_program(&c.state)
+        {
+            Some((p, size)) => {
+                opts.max_unrolled_statements.is_none_or(|m| size <= m)
+                    && !measured.contains(&p)
+                    && taken.insert(p)
+            }
+            None => true,
         };
         for (fp, _, c) in ranked {
             if out.len() + n_random >= n {

@@ -1,13 +1,17 @@
 //! The search on a simulated measurer: it converges far better than random sampling with the
 //! same budget, one seed fixes every trial, a resumed run measures nothing twice, and the
-//! task scheduler gives more rounds to the task with most to gain.
+//! task scheduler gives more rounds to the task with most to gain, and no program over the
+//! unrolled-statement limit is proposed.
 
+use rand::SeedableRng;
 use tensortune_cost_model::{CostModel, GbdtModel, GbdtOptions, RandomModel};
 use tensortune_records::Database;
 use tensortune_schedules::ops::WorkloadSpec;
 use tensortune_schedules::schedule::State;
 use tensortune_schedules::ComputeDag;
-use tensortune_tuner::search::{program_fingerprint, SearchSpace};
+use tensortune_tuner::search::{
+    lowered_program, program_fingerprint, Candidate, Scorer, SearchSpace,
+};
 use tensortune_tuner::simulate::SimulatedMeasurer;
 use tensortune_tuner::tuning::{Silent, TaskInput, Tuner};
 use tensortune_tuner::{MeasureResult, Measurer, TuneOptions};
@@ -208,4 +212,57 @@ fn scheduler_favours_the_task_with_most_to_gain() {
     let (a, b) = (s.tasks[0].trials, s.tasks[1].trials);
     eprintln!("trials: light {a}, heavy {b}");
     assert!(b > a, "heavy task got {b} trials, light {a}");
+}
+
+/// Every program scores alike: the batch is whatever the search keeps and samples.
+struct Flat;
+
+impl Scorer for Flat {
+    fn score(&mut self, states: &[State]) -> Vec<f64> {
+        vec![1.0; states.len()]
+    }
+}
+
+#[test]
+fn no_program_over_the_unrolled_statement_limit_is_proposed() {
+    let t = task("conv2d:N=1,C=8,H=14,W=14,K=16,R=3,S=3,stride=1,pad=1", 1.0);
+    let free = TuneOptions {
+        max_unrolled_statements: None,
+        population: 256,
+        generations: 2,
+        ..TuneOptions::default()
+    };
+    let space = SearchSpace::new(t.dag.clone(), &free);
+    let measured = std::collections::HashSet::new();
+    let sizes = |cs: &[Candidate]| -> Vec<i64> {
+        cs.iter()
+            .map(|c| {
+                lowered_program(&c.state)
+                    .expect("proposed programs lower")
+                    .1
+            })
+            .collect()
+    };
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+    let unlimited = sizes(&space.propose(&mut Flat, &measured, &[], 64, &free, &mut rng));
+    let mut sorted = unlimited.clone();
+    sorted.sort_unstable();
+    // A limit that the unlimited batch exceeds, so that it has something to remove.
+    let limit = sorted[sorted.len() / 2];
+    assert!(sorted.iter().any(|&s| s > limit), "sizes {sorted:?}");
+    let capped_opts = TuneOptions {
+        max_unrolled_statements: Some(limit),
+        ..free
+    };
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+    let capped = sizes(&space.propose(&mut Flat, &measured, &[], 64, &capped_opts, &mut rng));
+    assert!(
+        capped.len() >= 32,
+        "only {} programs proposed",
+        capped.len()
+    );
+    assert!(
+        capped.iter().all(|&s| s <= limit),
+        "over the limit {limit}: {capped:?}"
+    );
 }

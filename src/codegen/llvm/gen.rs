@@ -365,7 +365,7 @@ impl<'ctx> Gen<'ctx, '_> {
         }
         match kind {
             ForKind::Unrolled
-                if extent.saturating_mul(body_copies(body)) <= self.opts.max_unroll =>
+                if extent.saturating_mul(body.unrolled_copies()) <= self.opts.max_unroll =>
             {
                 for i in 0..extent {
                     let c = self.cx.i64_type().const_int(i as u64, true);
@@ -886,26 +886,4 @@ fn updates(body: &Stmt) -> bool {
         }
     });
     found
-}
-
-/// Statements `body` emits per run, counting each unrolled loop's body `extent` times: the
-/// copies an unrolled loop around it multiplies.
-fn body_copies(body: &Stmt) -> i64 {
-    match body {
-        Stmt::Seq(items) => items
-            .iter()
-            .map(body_copies)
-            .fold(0, |a: i64, b| a.saturating_add(b)),
-        Stmt::For {
-            extent, kind, body, ..
-        } => match kind {
-            ForKind::Unrolled => extent.saturating_mul(body_copies(body)),
-            _ => body_copies(body),
-        },
-        Stmt::If {
-            then, otherwise, ..
-        } => body_copies(then).saturating_add(otherwise.as_deref().map_or(0, body_copies)),
-        Stmt::Allocate { body, .. } => body_copies(body),
-        _ => 1,
-    }
 }
