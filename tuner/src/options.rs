@@ -56,7 +56,7 @@ pub struct TuneOptions {
     /// grows with that count and these programs are slow: in three conv2d runs (ResNet-50
     /// layer, 256 trials, one core of an AMD EPYC znver4) the 4-7 programs over 128 took
     /// 100-230 ms each to compile against 30-40 ms for most, 5-10% of all compile time, and
-    /// ran at 13-33 GFLOP/s where the best reached 100; the best programs held 4-50
+    /// the fastest of them ran at 33 GFLOP/s where the best reached 100; the best held 4-50
     /// statements, matmul 1024³'s best 3-66. Side by side on seeds 0-2, with the limit against
     /// without: compiling 6.7, 8.3 and 7.3 s against 8.4, 9.0 and 7.7 s; best re-measured
     /// 89.5, 102.2 and 88.1 GFLOP/s against 100.0, 88.9 and 105.5 (within the spread between
