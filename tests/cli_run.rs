@@ -1,4 +1,5 @@
-//! `tensortune run`, `tensortune codegen` and `tensortune tune --task-scheduler` end to end:
+//! `tensortune run`, `tensortune codegen` and `tensortune tune` (`--task-scheduler`, a
+//! negative `--max-unrolled-statements`) end to end:
 //! `.npy` in and out, errors as exit status 2 with one line.
 
 use ndarray::{Array2, ArrayD};
@@ -141,5 +142,24 @@ fn tune_takes_a_task_scheduler() {
         err.contains("round-robin") && err.lines().count() == 1,
         "{err}"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn tune_rejects_a_negative_unrolled_statement_limit() {
+    let dir = std::env::temp_dir().join(format!("tt-cli-unroll-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let db = dir.join("t.db");
+    let out = bin()
+        .args(["tune", "--workload", "matmul:M=8,N=16,K=8", "--trials", "2"])
+        .args(["--max-unrolled-statements=-5", "--quiet", "--db"])
+        .arg(&db)
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--max-unrolled-statements"), "{err}");
+    // Nothing was tuned: the database was not even created.
+    assert!(!db.exists());
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -86,6 +86,12 @@ pub fn tune(args: &TuneArgs, out: &mut dyn Write) -> Result<(), CliError> {
     }
     let target =
         Target::parse(&args.target, args.threads).map_err(|e| CliError::Usage(e.to_string()))?;
+    if args.max_unrolled_statements < 0 {
+        return Err(CliError::Usage(format!(
+            "--max-unrolled-statements must be 0 (no limit) or positive, not {}",
+            args.max_unrolled_statements
+        )));
+    }
     let task_scheduler = Policy::parse(&args.task_scheduler).ok_or_else(|| {
         CliError::Usage(format!(
             "unknown --task-scheduler `{}`: gradient or round-robin",
