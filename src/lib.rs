@@ -8,7 +8,8 @@
 //! - [`tune`](mod@tune): [`tune()`], the entry point of tuning, and its report;
 //! - [`build`]: compile-time reuse of records (a static library and safe wrappers);
 //! - [`cli`]: the `tensortune` command line;
-//! - [`Target`]: where kernels run, and the key of their records.
+//! - [`Target`]: where kernels run, and the key of their records;
+//! - [`plausible`]: the bound on what a measured time can be.
 //!
 //! Cargo features: `tuning` (on by default) brings the tuning loop ([`tune()`], the
 //! cost model, which builds XGBoost's C++) and the command line. Without it the crate still
@@ -26,6 +27,7 @@ pub mod cli;
 pub mod codegen;
 pub mod kernel;
 pub mod measure;
+pub mod plausible;
 pub mod runtime;
 pub mod target;
 #[cfg(feature = "tuning")]

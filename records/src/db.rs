@@ -288,11 +288,18 @@ impl Database {
         self.query_records(
             &format!(
                 "SELECT {RECORD_COLUMNS} FROM records r JOIN workloads w ON w.id = r.workload_id
-                 WHERE w.key = ?1 AND r.target_key = ?2 AND r.error_kind IS NULL
-                 ORDER BY r.median_s, r.measured_at, r.uid LIMIT ?3"
+                 WHERE w.key = ?1 AND r.target_key = ?2 AND {}
+                 ORDER BY r.median_s, r.measured_at, r.uid LIMIT ?3",
+                plausible_sql()
             ),
             params![workload_key, target, limit],
         )
+        // A row the SQL filter lets through but `read_record` still finds out of range.
+        .map(|rs| {
+            rs.into_iter()
+                .filter(|r| r.outcome.timing().is_some())
+                .collect()
+        })
     }
 
     /// Every record of a workload on a target, failures included, in measurement order.
@@ -404,12 +411,14 @@ impl Database {
     pub fn summary(&self) -> Result<Vec<Summary>> {
         let mut stmt = self
             .conn
-            .prepare(
+            .prepare(&format!(
                 "SELECT w.key, w.flops, r.target_key, count(*),
-                        sum(r.error_kind IS NOT NULL), min(r.median_s)
-                 FROM records r JOIN workloads w ON w.id = r.workload_id
-                 GROUP BY w.id, r.target_key ORDER BY w.key, r.target_key",
-            )
+                            sum(CASE WHEN {ok} THEN 0 ELSE 1 END),
+                            min(CASE WHEN {ok} THEN r.median_s END)
+                     FROM records r JOIN workloads w ON w.id = r.workload_id
+                     GROUP BY w.id, r.target_key ORDER BY w.key, r.target_key",
+                ok = plausible_sql()
+            ))
             .map_err(|e| self.error(e))?;
         let rows = stmt
             .query_map([], |r| {
@@ -593,7 +602,7 @@ pub(crate) fn check_new_record(r: &NewRecord) -> Result<(), crate::error::Invali
     serde_json::from_str::<serde::de::IgnoredAny>(&r.trace_json)
         .map_err(|e| InvalidReason::TraceNotJson(e.to_string()))?;
     if let Outcome::Measured(t) = &r.outcome {
-        t.check()?;
+        t.check_plausible(r.workload.flops, crate::types::MAX_FLOPS_PER_S)?;
     }
     Ok(())
 }
@@ -637,16 +646,63 @@ fn parse_time(text: &str, column: usize) -> rusqlite::Result<Timestamp> {
     })
 }
 
+/// The SQL condition (on `records r JOIN workloads w`) of a successful record whose timing passes
+/// [`Timing::check_plausible`] with the target-blind limit: what the best-record queries rank.
+/// Comparisons with NULL are not true, so a row with a missing time fails it too.
+fn plausible_sql() -> String {
+    use crate::types::{MAX_FLOPS_PER_S, MIN_LATENCY_S};
+    format!(
+        "(r.error_kind IS NULL AND r.median_s >= {MIN_LATENCY_S:e} AND r.min_s <= r.median_s \
+         AND r.median_s <= r.max_s AND r.repeats >= 1 AND w.flops <= r.median_s * \
+         {MAX_FLOPS_PER_S:e})"
+    )
+}
+
+/// How the failure that [`stored_timing`] makes of an impossible row begins, so that merge
+/// can tell it from a measured failure and leave it out.
+pub(crate) const OUT_OF_RANGE: &str = "stored timing out of range";
+
+/// The outcome of a row with no error kind: its timing, or, when the stored values could not
+/// have been measured (negative, NULL, out of order, impossibly fast; rows written by hand
+/// or by another program), a failure of kind `other` saying so, so that every reader treats
+/// the row as a bad record rather than ranking or trusting it.
+fn stored_timing(row: &Row<'_>, flops: f64) -> rusqlite::Result<Outcome> {
+    let median_s: Option<f64> = row.get(7)?;
+    let min_s: Option<f64> = row.get(8)?;
+    let max_s: Option<f64> = row.get(9)?;
+    let repeats: Option<i64> = row.get(10)?;
+    let bad = |why: String| Outcome::Failed {
+        kind: crate::types::ErrorKind::Other,
+        message: format!("{OUT_OF_RANGE}: {why}"),
+    };
+    let (Some(median_s), Some(min_s), Some(max_s), Some(repeats)) =
+        (median_s, min_s, max_s, repeats)
+    else {
+        return Ok(bad("a time or the repeat count is missing".into()));
+    };
+    let Ok(repeats) = u32::try_from(repeats) else {
+        return Ok(bad(format!("repeats {repeats}")));
+    };
+    let t = Timing {
+        median_s,
+        min_s,
+        max_s,
+        repeats,
+    };
+    Ok(
+        match t.check_plausible(flops, crate::types::MAX_FLOPS_PER_S) {
+            Ok(()) => Outcome::Measured(t),
+            Err(e) => bad(e.to_string()),
+        },
+    )
+}
+
 /// Reads the [`RECORD_COLUMNS`] of a row.
 pub(crate) fn read_record(row: &Row<'_>) -> rusqlite::Result<Record> {
     let error_kind: Option<String> = row.get(11)?;
+    let flops: f64 = row.get(3)?;
     let outcome = match error_kind {
-        None => Outcome::Measured(Timing {
-            median_s: row.get(7)?,
-            min_s: row.get(8)?,
-            max_s: row.get(9)?,
-            repeats: row.get(10)?,
-        }),
+        None => stored_timing(row, flops)?,
         Some(kind) => Outcome::Failed {
             kind: kind.parse().map_err(|e: crate::types::UnknownErrorKind| {
                 rusqlite::Error::FromSqlConversionFailure(11, rusqlite::types::Type::Text, e.into())
@@ -657,7 +713,7 @@ pub(crate) fn read_record(row: &Row<'_>) -> rusqlite::Result<Record> {
     Ok(Record {
         id: RecordId(row.get(0)?),
         uid: row.get(1)?,
-        workload: Workload::new(row.get::<_, String>(2)?, row.get(3)?),
+        workload: Workload::new(row.get::<_, String>(2)?, flops),
         target: row.get(4)?,
         trace_json: row.get(5)?,
         trace_hash: row.get(6)?,

@@ -202,6 +202,19 @@ pub enum InvalidReason {
     /// FLOPs are negative or not finite.
     #[error("bad flops {0}")]
     BadFlops(f64),
+    /// The timing claims more FLOP/s than the target could reach.
+    #[error(
+        "impossibly fast: {median_s:e} s is {flops_per_s:.3e} FLOP/s, above the limit of \
+         {limit:.1e} for this target"
+    )]
+    ImpossiblyFast {
+        /// The claimed median, seconds.
+        median_s: f64,
+        /// What it implies.
+        flops_per_s: f64,
+        /// The most the target's validator allows.
+        limit: f64,
+    },
 }
 
 /// One rejected line of a JSON-lines file.

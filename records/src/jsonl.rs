@@ -40,16 +40,14 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use crate::db::{
-    check_new_record, insert_stored, sqlite_error, upsert_run, Database, StoredRecord,
-};
+use crate::db::{insert_stored, sqlite_error, upsert_run, Database, StoredRecord};
 use crate::error::{LineError, LineErrorKind, RecordsError, Result};
 use crate::hash::{compact_json, trace_hash};
 use crate::time::Timestamp;
 use crate::types::{
     NewRecord, Outcome, Record, RunId, RunInfo, Timing, UnknownErrorKind, Workload,
 };
-use crate::validate::RecordValidator;
+use crate::validate::{check_foreign, RecordValidator};
 
 /// The `format` field of every line this build writes and reads.
 pub const FORMAT: &str = "tensortune.record/1";
@@ -257,16 +255,16 @@ fn parse_line(text: &str, validator: &dyn RecordValidator) -> Result<Parsed, Lin
             records: 0,
         }),
     };
-    let valid = validator.check(&line.workload, &trace)?;
-    let workload = Workload::new(valid.key, valid.flops.unwrap_or(line.flops));
-    let checked = NewRecord {
-        workload,
-        target: line.target,
-        trace_json: trace,
-        outcome,
-        measured_at,
-    };
-    check_new_record(&checked)?;
+    let checked = check_foreign(
+        NewRecord {
+            workload: Workload::new(line.workload, line.flops),
+            target: line.target,
+            trace_json: trace,
+            outcome,
+            measured_at,
+        },
+        validator,
+    )?;
     Ok(Parsed {
         workload: checked.workload,
         target: checked.target,

@@ -60,11 +60,11 @@ pub use db::{Database, BUSY_TIMEOUT};
 pub use error::{InvalidReason, LineError, LineErrorKind, RecordsError, Result};
 pub use hash::{compact_json, trace_hash};
 pub use jsonl::{to_json_line, ImportMode, ImportReport, FORMAT};
-pub use merge::MergeReport;
+pub use merge::{MergeReport, RejectedRecord};
 pub use schema::SCHEMA_VERSION;
 pub use time::{Timestamp, TimestampError};
 pub use types::{
     ErrorKind, NewRecord, NewRun, Outcome, Record, RecordId, RunId, RunInfo, Summary, Timing,
-    UnknownErrorKind, Workload, WorkloadInfo,
+    UnknownErrorKind, Workload, WorkloadInfo, MAX_FLOPS_PER_S, MIN_LATENCY_S,
 };
 pub use validate::{op_name, JsonSyntaxValidator, RecordValidator, ValidWorkload, ValidationError};

@@ -4,19 +4,38 @@
 //! uid, so merging is idempotent (merging a source twice adds nothing) and commutative in
 //! content (A then B holds the same records and runs as B then A). Sources are only read,
 //! never migrated: they may be of any schema version up to the current one.
+//!
+//! A source is as much outside input as an imported file: every record is checked with the
+//! caller's [`RecordValidator`] exactly as an imported line is (op, spec, trace, target,
+//! plausible timing), and a record that fails is left out and reported, never copied.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use crate::db::{insert_stored, sqlite_error, upsert_run, Database, StoredRecord};
-use crate::error::{RecordsError, Result};
-use crate::types::RunId;
+use crate::db::{insert_stored, sqlite_error, upsert_run, Database, StoredRecord, OUT_OF_RANGE};
+use crate::error::{InvalidReason, LineErrorKind, RecordsError, Result};
+use crate::types::{ErrorKind, NewRecord, Outcome, RunId};
+use crate::validate::{check_foreign, RecordValidator};
 
 /// What a merge did.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct MergeReport {
     /// Per source, in the order given: (path, records read, records new to the target).
     pub sources: Vec<(PathBuf, usize, usize)>,
+    /// Records of the sources that failed the validator and were not copied.
+    pub rejected: Vec<RejectedRecord>,
+}
+
+/// A record of a source database that failed validation.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{}: record {uid}: {kind}", path.display())]
+pub struct RejectedRecord {
+    /// The source database.
+    pub path: PathBuf,
+    /// The record's content id in that database.
+    pub uid: String,
+    /// What is wrong with it.
+    pub kind: LineErrorKind,
 }
 
 impl MergeReport {
@@ -28,8 +47,13 @@ impl MergeReport {
 
 impl Database {
     /// Merges the databases at `sources` into this one, in one transaction: all of them or
-    /// (on any error) none. Every source is opened and checked before anything is written.
-    pub fn merge_from(&mut self, sources: &[impl AsRef<Path>]) -> Result<MergeReport> {
+    /// (on any error) none. Every source is opened and checked before anything is written;
+    /// records that `validator` rejects are reported in [`MergeReport::rejected`] and left out.
+    pub fn merge_from(
+        &mut self,
+        sources: &[impl AsRef<Path>],
+        validator: &dyn RecordValidator,
+    ) -> Result<MergeReport> {
         let own = canonical(&self.path);
         let mut opened = Vec::with_capacity(sources.len());
         for source in sources {
@@ -52,19 +76,51 @@ impl Database {
                 runs.insert(run.uid, id);
             }
             let (mut read, mut added) = (0, 0);
+            let mut rejected = Vec::new();
             source.for_each_record_with_run(|r| {
                 read += 1;
+                let forged = match &r.record.outcome {
+                    Outcome::Failed {
+                        kind: ErrorKind::Other,
+                        message,
+                    } if message.starts_with(OUT_OF_RANGE) => Some(message.clone()),
+                    _ => None,
+                };
+                let checked = match forged {
+                    Some(message) => Err(LineErrorKind::Invalid(InvalidReason::BadTiming(message))),
+                    None => check_foreign(
+                        NewRecord {
+                            workload: r.record.workload.clone(),
+                            target: r.record.target.clone(),
+                            trace_json: r.record.trace_json.clone(),
+                            outcome: r.record.outcome.clone(),
+                            measured_at: r.record.measured_at,
+                        },
+                        validator,
+                    ),
+                };
+                let checked = match checked {
+                    Ok(c) => c,
+                    Err(kind) => {
+                        rejected.push(RejectedRecord {
+                            path: source.path.clone(),
+                            uid: r.record.uid.clone(),
+                            kind,
+                        });
+                        return Ok(());
+                    }
+                };
                 let run = r
                     .run
                     .as_ref()
                     .and_then(|info| runs.get(&info.uid).map(|id| (*id, info.uid.as_str())));
                 let stored = StoredRecord {
-                    workload: &r.record.workload,
-                    target: &r.record.target,
-                    trace: &r.record.trace_json,
-                    trace_hash: r.record.trace_hash.clone(),
-                    outcome: &r.record.outcome,
-                    measured_at: r.record.measured_at,
+                    workload: &checked.workload,
+                    target: &checked.target,
+                    trace: &checked.trace_json,
+                    trace_hash: crate::hash::trace_hash(&checked.trace_json),
+                    outcome: &checked.outcome,
+                    measured_at: checked.measured_at,
                     run,
                 };
                 if insert_stored(&tx, &stored).map_err(|e| sqlite_error(&db_path, e))? {
@@ -72,6 +128,7 @@ impl Database {
                 }
                 Ok(())
             })?;
+            report.rejected.append(&mut rejected);
             report.sources.push((source.path.clone(), read, added));
         }
         tx.commit().map_err(|e| sqlite_error(&db_path, e))?;

@@ -122,14 +122,26 @@ pub struct Timing {
     pub repeats: u32,
 }
 
+/// No kernel call returns in less than this (seconds): a tenth of a nanosecond is under one
+/// clock cycle of any processor, and the call alone costs several. A stored or imported time
+/// below it was not measured.
+pub const MIN_LATENCY_S: f64 = 1e-10;
+
+/// The most floating-point operations per second any record may claim, whatever its target:
+/// 10 PFLOP/s, about a hundred times the fp32 peak of the fastest single accelerator. A
+/// validator that knows the target bounds it tighter ([`crate::RecordValidator::max_flops_per_s`]).
+pub const MAX_FLOPS_PER_S: f64 = 1e16;
+
 impl Timing {
-    pub(crate) fn check(&self) -> Result<(), InvalidReason> {
-        let all_finite = [self.median_s, self.min_s, self.max_s]
+    /// Checks that the times could have been measured: finite, at least [`MIN_LATENCY_S`],
+    /// `min_s <= median_s <= max_s`, at least one repeat.
+    pub fn check(&self) -> Result<(), InvalidReason> {
+        let all_possible = [self.median_s, self.min_s, self.max_s]
             .iter()
-            .all(|t| t.is_finite() && *t >= 0.0);
-        if !all_finite {
+            .all(|t| t.is_finite() && *t >= MIN_LATENCY_S);
+        if !all_possible {
             return Err(InvalidReason::BadTiming(format!(
-                "times must be finite and non-negative, got {self:?}"
+                "times must be finite and at least {MIN_LATENCY_S:e} s, got {self:?}"
             )));
         }
         if !(self.min_s <= self.median_s && self.median_s <= self.max_s) {
@@ -141,6 +153,19 @@ impl Timing {
             return Err(InvalidReason::BadTiming(
                 "repeats must be at least 1".into(),
             ));
+        }
+        Ok(())
+    }
+
+    /// [`Timing::check`], and that `flops` in `median_s` is at most `max_flops_per_s`.
+    pub fn check_plausible(&self, flops: f64, max_flops_per_s: f64) -> Result<(), InvalidReason> {
+        self.check()?;
+        if flops > self.median_s * max_flops_per_s {
+            return Err(InvalidReason::ImpossiblyFast {
+                median_s: self.median_s,
+                flops_per_s: flops / self.median_s,
+                limit: max_flops_per_s,
+            });
         }
         Ok(())
     }

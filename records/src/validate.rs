@@ -55,6 +55,34 @@ pub trait RecordValidator {
     /// Checks `spec` (as written in the record) and `trace_json` (the trace as JSON text)
     /// and returns the workload under its canonical key.
     fn check(&self, spec: &str, trace_json: &str) -> Result<ValidWorkload, ValidationError>;
+
+    /// The most FLOP/s a record of `target` may claim; a faster timing is rejected as
+    /// impossible. The default is the target-blind [`crate::types::MAX_FLOPS_PER_S`].
+    fn max_flops_per_s(&self, _target: &str) -> f64 {
+        crate::types::MAX_FLOPS_PER_S
+    }
+}
+
+/// Checks a record read from outside the database (an imported line, a merged row) as
+/// [`crate::Database::insert_batch`] checks its own, and its timing against the target's
+/// limit: the record with its workload under the validator's canonical key.
+pub(crate) fn check_foreign(
+    mut record: crate::NewRecord,
+    validator: &dyn RecordValidator,
+) -> Result<crate::NewRecord, crate::LineErrorKind> {
+    let valid = validator.check(&record.workload.key, &record.trace_json)?;
+    record.workload.key = valid.key;
+    if let Some(flops) = valid.flops {
+        record.workload.flops = flops;
+    }
+    crate::db::check_new_record(&record)?;
+    if let crate::Outcome::Measured(t) = &record.outcome {
+        t.check_plausible(
+            record.workload.flops,
+            validator.max_flops_per_s(&record.target),
+        )?;
+    }
+    Ok(record)
 }
 
 /// The permissive validator: the spec must look like `NAME:...` with a non-empty name of

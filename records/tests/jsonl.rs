@@ -254,3 +254,40 @@ fn a_missing_import_file_names_the_file() {
     assert!(err.to_string().contains("nope.jsonl"), "{err}");
     assert!(err.is_user_error());
 }
+
+#[test]
+fn impossible_timings_are_rejected_on_import() {
+    let dir = temp_dir();
+    let mut src = Database::open(db_path(&dir, "src.db")).expect("open");
+    let w = matmul(512);
+    src.insert_batch(None, &[ok_record(&w, CPU, 4, 1e-3, 0)])
+        .expect("insert");
+    let line = export_string(&src);
+    // Zero, a denormal-scale time, a negative one, and one that claims 2.7e17 FLOP/s.
+    let forged: Vec<String> = [0.0, 1e-300, -1.0, 1e-9]
+        .iter()
+        .map(|&t| {
+            let mut v: serde_json::Value = serde_json::from_str(line.trim()).expect("json");
+            v["result"]["median_s"] = t.into();
+            v["result"]["min_s"] = t.into();
+            // Re-serializing may reorder the trace's keys, which changes its hash.
+            if let Some(o) = v.as_object_mut() {
+                o.remove("trace_hash");
+            }
+            format!("{v}\n")
+        })
+        .collect();
+    let mut db = Database::open(db_path(&dir, "into.db")).expect("open");
+    let report = import_text(&mut db, &forged.concat(), ImportMode::Lenient).expect("import");
+    assert_eq!(report.imported, 0, "{report:?}");
+    assert_eq!(report.rejected.len(), 4, "{report:?}");
+    assert!(
+        matches!(
+            report.rejected[3].kind,
+            LineErrorKind::Invalid(tensortune_records::InvalidReason::ImpossiblyFast { .. })
+        ),
+        "{:?}",
+        report.rejected[3]
+    );
+    assert_eq!(db.count().expect("count"), 0);
+}

@@ -62,7 +62,7 @@ fn run(command: Command) -> Result<(), CliError> {
         Command::Best(args) => cli::records::best(&args, &mut out),
         Command::Export(args) => cli::records::export(&args, &mut out),
         Command::Import(args) => cli::records::import(&args, &mut out, &mut io::stderr()),
-        Command::Merge(args) => cli::records::merge(&args, &mut out),
+        Command::Merge(args) => cli::records::merge(&args, &mut out, &mut io::stderr()),
         Command::Tune(args) => cli::tune::tune(&args, &mut out),
         Command::Model(args) => match &args.command {
             cli::model::ModelCommand::Eval(a) => cli::model::eval(a, &mut out),
