@@ -51,8 +51,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let state = r.best_state(&dag).ok_or("no valid program")?;
     let kernel = Kernel::from_state(&state, &Default::default())?;
     let inputs = vec![
-        NdData::random(&[m, k], DType::F32, 1).ok_or("data")?,
-        NdData::random(&[k, n], DType::F32, 2).ok_or("data")?,
+        NdData::random(&[m, k], DType::F32, 1)?,
+        NdData::random(&[k, n], DType::F32, 2)?,
     ];
     let got = kernel.run_nd(&tensortune::runtime::Runtime::new(1)?, &inputs)?;
     let want = eval::evaluate(&dag, &inputs)?;

@@ -46,15 +46,42 @@ impl Data {
             Data::I32(v) => v[i] as f64,
         }
     }
-    /// `n` elements of `dtype`, all zero. `None` for dtypes that are not data types.
-    pub fn zeros(dtype: DType, n: usize) -> Option<Data> {
-        Some(match dtype {
-            DType::F32 => Data::F32(vec![0.0; n]),
-            DType::F64 => Data::F64(vec![0.0; n]),
-            DType::I32 => Data::I32(vec![0; n]),
-            DType::Bool | DType::I64 => return None,
+    /// `n` elements of `dtype`, all zero; an error for dtypes that are not data types and
+    /// when the memory cannot be had (allocated fallibly: a workload too large for the
+    /// machine is an error, not an abort).
+    pub fn zeros(dtype: DType, n: usize) -> Result<Data, DataError> {
+        Ok(match dtype {
+            DType::F32 => Data::F32(filled(n, |_| 0.0)?),
+            DType::F64 => Data::F64(filled(n, |_| 0.0)?),
+            DType::I32 => Data::I32(filled(n, |_| 0)?),
+            DType::Bool | DType::I64 => return Err(DataError::NotData(dtype)),
         })
     }
+}
+
+/// Why host data could not be made.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DataError {
+    /// Host data holds f32, f64 and i32 only.
+    #[error("{0} is not a data dtype (f32, f64, i32)")]
+    NotData(DType),
+    /// The allocator could not give this many bytes.
+    #[error("out of memory: cannot allocate {bytes} bytes of tensor data")]
+    OutOfMemory {
+        /// The size asked for.
+        bytes: usize,
+    },
+}
+
+/// `n` values of `f(i)`, in memory reserved fallibly.
+fn filled<T>(n: usize, f: impl FnMut(usize) -> T) -> Result<Vec<T>, DataError> {
+    let oom = || DataError::OutOfMemory {
+        bytes: n.saturating_mul(std::mem::size_of::<T>()),
+    };
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| oom())?;
+    v.extend((0..n).map(f));
+    Ok(v)
 }
 
 /// A row-major array.
@@ -74,18 +101,22 @@ impl NdData {
     }
 
     /// Random values from `seed`: floats uniform in [-1, 1), integers uniform in [-8, 8).
-    /// `None` for dtypes that are not data types.
-    pub fn random(shape: &[i64], dtype: DType, seed: u64) -> Option<NdData> {
-        let n: i64 = shape.iter().product();
+    /// An error for dtypes that are not data types and when the memory cannot be had.
+    pub fn random(shape: &[i64], dtype: DType, seed: u64) -> Result<NdData, DataError> {
+        let n = shape
+            .iter()
+            .try_fold(1usize, |n, &d| {
+                n.checked_mul(usize::try_from(d).unwrap_or(0))
+            })
+            .ok_or(DataError::OutOfMemory { bytes: usize::MAX })?;
         let mut rng = SplitMix64(seed ^ 0x9e37_79b9_7f4a_7c15);
-        let n = n.max(0) as usize;
         let data = match dtype {
-            DType::F32 => Data::F32((0..n).map(|_| rng.unit() as f32).collect()),
-            DType::F64 => Data::F64((0..n).map(|_| rng.unit()).collect()),
-            DType::I32 => Data::I32((0..n).map(|_| (rng.next_u64() % 16) as i32 - 8).collect()),
-            DType::Bool | DType::I64 => return None,
+            DType::F32 => Data::F32(filled(n, |_| rng.unit() as f32)?),
+            DType::F64 => Data::F64(filled(n, |_| rng.unit())?),
+            DType::I32 => Data::I32(filled(n, |_| (rng.next_u64() % 16) as i32 - 8)?),
+            DType::Bool | DType::I64 => return Err(DataError::NotData(dtype)),
         };
-        Some(NdData {
+        Ok(NdData {
             shape: shape.to_vec(),
             data,
         })

@@ -100,9 +100,8 @@ pub fn evaluate_all(dag: &ComputeDag, inputs: &[NdData]) -> Result<Vec<Option<Nd
             continue;
         };
         let n: i64 = op.shape.iter().product();
-        let mut out = Data::zeros(op.dtype, n as usize).ok_or_else(|| {
-            EvalError::Unsupported(format!("dtype {} of `{}`", op.dtype, op.name))
-        })?;
+        let mut out = Data::zeros(op.dtype, n as usize)
+            .map_err(|e| EvalError::Unsupported(format!("`{}`: {e}", op.name)))?;
         let mut env = DagEnv {
             vars: vec![0; max_var + 1],
             tensors: &tensors,

@@ -68,7 +68,7 @@ impl Machine<'_> {
         let d = self.f.buffer(id);
         let n = d.size() as usize;
         let data = Data::zeros(d.dtype, n)
-            .ok_or_else(|| EvalError::Unsupported(format!("buffer dtype {}", d.dtype)))?;
+            .map_err(|e| EvalError::Unsupported(format!("buffer of {}: {e}", d.dtype)))?;
         Ok(Buf {
             data,
             written: vec![false; n],

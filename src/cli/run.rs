@@ -82,21 +82,23 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<(), CliError> {
     let (state, source) = schedule_from(args.db.as_deref(), &spec, &dag, &target)?;
     let kernel = Kernel::from_state(&state, &Default::default())
         .map_err(|e| CliError::Internal(e.to_string()))?;
+    crate::measure::check_memory(&dag).map_err(|e| CliError::Usage(e.to_string()))?;
     let inputs = if args.inputs.is_empty() {
-        random_inputs(&dag, 0).map_err(|e| CliError::Internal(e.to_string()))?
+        random_inputs(&dag, 0).map_err(|e| CliError::Usage(e.message))?
     } else {
         read_inputs(&kernel, &args.inputs)?
     };
+    // Out of memory is the workload's size, which the user chose: a usage error.
     let ins = inputs
         .iter()
         .map(AlignedBuffer::from_nd)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| CliError::Internal(e.to_string()))?;
+        .map_err(|e| CliError::Usage(e.to_string()))?;
     let mut outs = kernel
         .outputs()
         .map(|p| AlignedBuffer::zeros(&p.shape, p.dtype))
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| CliError::Internal(e.to_string()))?;
+        .map_err(|e| CliError::Usage(e.to_string()))?;
     let rt = Runtime::new(args.threads).map_err(|e| CliError::Internal(e.to_string()))?;
     let opts = MeasureOptions {
         repeat: args.repeat.max(1),

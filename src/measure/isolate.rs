@@ -21,6 +21,8 @@ pub(super) fn run_forked(
         )));
     }
     let (rd, wr) = (fds[0], fds[1]);
+    // SAFETY: getpid cannot fail.
+    let parent = unsafe { libc::getpid() };
     // SAFETY: the child only runs `child_main`, which touches no lock another thread of the
     // parent could hold except the allocator's: glibc's malloc resets its locks in the child,
     // and mimalloc (the `tensortune` binary's) gives each thread its own heap, which here is
@@ -39,6 +41,7 @@ pub(super) fn run_forked(
     if pid == 0 {
         // SAFETY: in the child; `rd` is the parent's end.
         unsafe { libc::close(rd) };
+        die_with_parent(parent);
         child_main(k, reference, opts, wr);
     }
     // SAFETY: the parent's copy of the write end; closing it lets EOF arrive when the child
@@ -51,9 +54,11 @@ pub(super) fn run_forked(
     // `min_repeat_ms`, plus the fork), and recorded as cut short with the time it ran: a
     // lower bound, so it ranks as badly as it deserves.
     let full = (opts.repeat as f64 + 2.0) * opts.min_repeat_ms / 1e3 + 0.05;
+    // `try_from`: a cutoff from a damaged record (negative, NaN, huge) means no cutoff, not
+    // a panic.
     let hopeless_after = opts
         .cutoff_s
-        .map(|c| std::time::Duration::from_secs_f64(2.0 * c + 1.5 * full))
+        .and_then(|c| std::time::Duration::try_from_secs_f64(2.0 * c + 1.5 * full).ok())
         .filter(|d| *d < opts.timeout);
     let deadline = started + hopeless_after.unwrap_or(opts.timeout);
     let mut msg = Vec::new();
@@ -105,7 +110,14 @@ pub(super) fn run_forked(
             return Err(internal("waitpid failed".into()));
         }
     }
-    if timed_out && hopeless_after.is_some() {
+    // The child writes CHECKED once its first run passed the check; the result follows.
+    let checked = msg.first() == Some(&CHECKED);
+    if checked {
+        msg.remove(0);
+    }
+    // A hopeless candidate is cut short only once it proved correct: one stopped before its
+    // checked run finished (hung, or slower than the whole allowance) is a timeout.
+    if timed_out && hopeless_after.is_some() && checked {
         let ran = started.elapsed().as_secs_f64();
         let mut t = tensortune_tuner::measure::Timing::from_repeats(vec![ran], 1)
             .ok_or_else(|| internal("no timing".into()))?;
@@ -113,12 +125,15 @@ pub(super) fn run_forked(
         return Ok(t);
     }
     if timed_out {
+        let ran = started.elapsed().as_secs_f64();
+        let stage = if checked {
+            "while being timed"
+        } else {
+            "before its checked first run finished"
+        };
         return Err(MeasureError::new(
             MeasureErrorKind::Timeout,
-            format!(
-                "still running after {:.1} s; killed",
-                opts.timeout.as_secs_f64()
-            ),
+            format!("still running after {ran:.1} s, {stage}; killed"),
         ));
     }
     if libc::WIFSIGNALED(status) {
@@ -139,10 +154,39 @@ pub(super) fn run_forked(
 fn child_main(k: &Kernel, reference: &Reference, opts: &MeasureOptions, wr: i32) -> ! {
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let rt = crate::runtime::Runtime::new(opts.threads).map_err(|e| internal(e.to_string()))?;
-        measure_one(k, reference, opts, &rt)
+        measure_one(k, reference, opts, &rt, &mut || write_all(wr, &[CHECKED]))
     }))
     .unwrap_or_else(|_| Err(internal("the measuring child panicked".into())));
-    let bytes = serde_json::to_vec(&result).unwrap_or_default();
+    write_all(wr, &serde_json::to_vec(&result).unwrap_or_default());
+    // SAFETY: leave at once, without running the parent's exit handlers in the child.
+    unsafe { libc::_exit(0) }
+}
+
+/// Makes the kernel kill this child when the tuner dies (SIGKILL, a crash), so no candidate
+/// lives on under init; and leaves at once if the parent already died between the fork and
+/// the request, which the request alone would miss.
+#[cfg(unix)]
+fn die_with_parent(parent: libc::pid_t) {
+    #[cfg(target_os = "linux")]
+    // SAFETY: prctl with PR_SET_PDEATHSIG takes a signal number and no pointers.
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+    }
+    // SAFETY: getppid cannot fail; _exit leaves without running the parent's handlers.
+    unsafe {
+        if libc::getppid() != parent {
+            libc::_exit(1);
+        }
+    }
+}
+
+/// The byte a child writes when its first run passed the check (JSON never starts with it).
+#[cfg(unix)]
+const CHECKED: u8 = b'C';
+
+/// Writes `bytes` to the pipe `wr`, giving up quietly if the parent went away.
+#[cfg(unix)]
+fn write_all(wr: i32, bytes: &[u8]) {
     let mut off = 0;
     while off < bytes.len() {
         // SAFETY: writing from a live buffer to our pipe end.
@@ -158,8 +202,6 @@ fn child_main(k: &Kernel, reference: &Reference, opts: &MeasureOptions, wr: i32)
         }
         off += n as usize;
     }
-    // SAFETY: leave at once, without running the parent's exit handlers in the child.
-    unsafe { libc::_exit(0) }
 }
 
 #[cfg(unix)]
@@ -182,5 +224,5 @@ pub(super) fn run_forked(
     opts: &MeasureOptions,
 ) -> MeasureResult {
     let rt = crate::runtime::Runtime::new(opts.threads).map_err(|e| internal(e.to_string()))?;
-    measure_one(k, reference, opts, &rt)
+    measure_one(k, reference, opts, &rt, &mut || {})
 }

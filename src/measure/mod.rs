@@ -152,9 +152,34 @@ pub fn random_inputs(dag: &ComputeDag, seed: u64) -> Result<Vec<NdData>, Measure
                 op.dtype,
                 seed.wrapping_mul(31).wrapping_add(i as u64),
             )
-            .ok_or_else(|| internal(format!("input `{}` has no data dtype", op.name)))
+            .map_err(|e| internal(format!("input `{}`: {e}", op.name)))
         })
         .collect()
+}
+
+/// Bytes of every tensor of `dag` (inputs, intermediates, outputs), saturating: what the
+/// reference evaluator holds at once, and an upper bound on a kernel's buffers.
+pub fn dag_bytes(dag: &ComputeDag) -> u64 {
+    dag.ops()
+        .iter()
+        .map(|op| {
+            op.shape
+                .iter()
+                .try_fold(op.dtype.bytes() as u64, |n, &d| {
+                    n.checked_mul(u64::try_from(d).unwrap_or(0))
+                })
+                .unwrap_or(u64::MAX)
+        })
+        .fold(0u64, u64::saturating_add)
+}
+
+/// An error when the memory a measurement of `dag` takes (its tensors twice: the host data
+/// and the kernel's buffers) does not fit in what this process can still use.
+pub fn check_memory(dag: &ComputeDag) -> Result<(), crate::runtime::BufferError> {
+    crate::runtime::memory::check_fits(
+        dag_bytes(dag).saturating_mul(2),
+        "the workload's inputs, outputs and reference",
+    )
 }
 
 fn internal(m: String) -> MeasureError {
@@ -211,6 +236,7 @@ impl CpuMeasurer {
                 return Ok(r.clone());
             }
         }
+        check_memory(dag).map_err(|e| internal(e.to_string()))?;
         let inputs = random_inputs(dag, self.opts.seed)?;
         let ref_err =
             |e: tensortune_schedules::scalar::EvalError| internal(format!("reference: {e}"));
@@ -257,7 +283,7 @@ impl CpuMeasurer {
             Isolation::Fork => isolate::run_forked(k, reference, &self.opts),
             Isolation::InProcess => {
                 let rt = Runtime::new(self.opts.threads).map_err(|e| internal(e.to_string()))?;
-                measure_one(k, reference, &self.opts, &rt)
+                measure_one(k, reference, &self.opts, &rt, &mut || {})
             }
         }
     }
@@ -286,8 +312,13 @@ impl Measurer for CpuMeasurer {
             .collect();
         self.stats.compile_s += t_compile.elapsed().as_secs_f64();
         let t_run = Instant::now();
-        // The cutoff follows the best time so far, including this batch's.
-        let mut best = self.cutoff.and_then(|(b, _)| b);
+        // The cutoff follows the best time so far, including this batch's; a best time that
+        // could not have been measured (a damaged or forged record) sets none.
+        let key = self.target_key();
+        let mut best = self
+            .cutoff
+            .and_then(|(b, _)| b)
+            .filter(|&b| crate::plausible::possible(dag.flops(), b, &key));
         let mut results = Vec::with_capacity(kernels.len());
         for k in kernels {
             if let Some((_, factor)) = self.cutoff {
@@ -346,11 +377,16 @@ fn poisoned_outputs(k: &Kernel) -> Result<Vec<AlignedBuffer>, MeasureError> {
 /// warm before it is cut short (a first run also pays for cold caches and page tables), so a
 /// hopeless candidate runs twice, and any other one run fewer times than a separate checked
 /// run would cost.
+///
+/// `checked` is called once the first run's outputs passed the check, before any timing: a
+/// forked child tells its parent then, so that a child stopped later (hopeless, hung) is known
+/// to be correct, and one stopped before is not.
 pub(crate) fn measure_one(
     k: &Kernel,
     reference: &Reference,
     opts: &MeasureOptions,
     rt: &Runtime,
+    checked: &mut dyn FnMut(),
 ) -> MeasureResult {
     let preparing = Instant::now();
     let mut outs = poisoned_outputs(k)?;
@@ -368,6 +404,7 @@ pub(crate) fn measure_one(
         check_outputs(&outs, reference)?;
     }
     check_s += checking.elapsed().as_secs_f64();
+    checked();
     let hopeless = opts.cutoff_s.is_some_and(|c| first_s > c);
     let rest = MeasureOptions {
         warmup: opts.warmup.saturating_sub(1).max(hopeless as usize),

@@ -1,7 +1,7 @@
 //! [`AlignedBuffer`]: a 64-byte aligned, zero-initialized host array with a dtype and shape.
 
 use std::alloc::Layout;
-use tensortune_schedules::data::{Data, NdData};
+use tensortune_schedules::data::{Data, DataError, NdData};
 use tensortune_schedules::DType;
 
 /// Alignment of every buffer, as the kernels' `align 64` parameter attribute promises.
@@ -24,6 +24,20 @@ pub enum BufferError {
     /// The allocator returned nothing.
     #[error("out of memory allocating {0} bytes")]
     OutOfMemory(usize),
+    /// The buffers would not fit in the memory left (checked before allocating).
+    #[error(
+        "{what} need {:.2} GiB, more than the {:.2} GiB this process can still use",
+        *need as f64 / 1073741824.0,
+        *have as f64 / 1073741824.0
+    )]
+    TooLarge {
+        /// What the memory is for.
+        what: String,
+        /// Bytes needed.
+        need: u64,
+        /// Bytes available.
+        have: u64,
+    },
     /// An element type that does not match the buffer's.
     #[error("buffer holds {have}, asked for {want}")]
     DTypeMismatch {
@@ -110,7 +124,10 @@ impl AlignedBuffer {
 
     /// Random contents from `seed`, the same values [`NdData::random`] gives.
     pub fn random(shape: &[i64], dtype: DType, seed: u64) -> Result<AlignedBuffer, BufferError> {
-        let nd = NdData::random(shape, dtype, seed).ok_or(BufferError::BadDType(dtype))?;
+        let nd = NdData::random(shape, dtype, seed).map_err(|e| match e {
+            DataError::NotData(d) => BufferError::BadDType(d),
+            DataError::OutOfMemory { bytes } => BufferError::OutOfMemory(bytes),
+        })?;
         AlignedBuffer::from_nd(&nd)
     }
 

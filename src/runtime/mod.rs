@@ -9,11 +9,13 @@
 //!   run-time setting (1 thread runs every parallel loop inline, serially).
 //! - [`buffer`]: 64-byte aligned host buffers with a dtype and a shape, which is what kernels
 //!   read and write (their buffer arguments are declared `noalias align 64`).
+//! - [`memory`]: whether a workload's buffers fit in what the machine has left.
 //!
 //! [`flush_cache`] evicts a set of buffers from the CPU caches between timings.
 
 pub mod abi;
 pub mod buffer;
+pub mod memory;
 mod pool;
 
 pub use buffer::{AlignedBuffer, BufferError};
