@@ -304,22 +304,20 @@ impl Database {
             path: path.to_path_buf(),
             source,
         };
-        let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
-        tmp_name.push(format!(".tmp-{}", std::process::id()));
-        let tmp = path.with_file_name(tmp_name);
-        let file = std::fs::File::create(&tmp).map_err(io)?;
-        let mut writer = std::io::BufWriter::new(file);
-        let written = self.export_to(&mut writer, path).and_then(|n| {
-            let file = writer.into_inner().map_err(|e| io(e.into_error()))?;
-            file.sync_all().map_err(io)?;
-            std::fs::rename(&tmp, path).map_err(io)?;
-            Ok(n)
+        let mut result = Ok(0);
+        let written = crate::atomic::write_atomic(path, |w| {
+            result = self.export_to(w, path);
+            // The database's error is returned below; this one only stops the rename.
+            match &result {
+                Ok(_) => Ok(()),
+                Err(_) => Err(std::io::Error::other("export failed")),
+            }
         });
-        if written.is_err() {
-            // Best effort: the error that matters is the one being returned.
-            let _ = std::fs::remove_file(&tmp);
+        match (result, written) {
+            (Err(e), _) => Err(e),
+            (Ok(_), Err(e)) => Err(io(e)),
+            (Ok(n), Ok(())) => Ok(n),
         }
-        written
     }
 
     /// Imports a JSON-lines file; errors and bad lines name `path`.

@@ -46,6 +46,7 @@
 
 #![warn(missing_docs)]
 
+pub mod atomic;
 mod db;
 mod error;
 mod hash;
@@ -56,6 +57,7 @@ mod time;
 mod types;
 mod validate;
 
+pub use atomic::{write_atomic, write_bytes_atomic};
 pub use db::{Database, BUSY_TIMEOUT};
 pub use error::{InvalidReason, LineError, LineErrorKind, RecordsError, Result};
 pub use hash::{compact_json, trace_hash};

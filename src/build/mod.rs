@@ -433,5 +433,7 @@ pub(crate) fn write_file(path: &Path, bytes: &[u8]) -> Result<(), ReuseError> {
             std::fs::create_dir_all(dir).map_err(io)?;
         }
     }
-    std::fs::write(path, bytes).map_err(io)
+    // Atomic: a build interrupted mid-write never leaves a truncated object for the next
+    // build (or the linker) to pick up.
+    tensortune_records::write_bytes_atomic(path, bytes).map_err(io)
 }

@@ -69,13 +69,26 @@ fn reuse_error(e: ReuseError) -> CliError {
 }
 
 fn write_out(path: &std::path::Path, bytes: &[u8]) -> Result<(), CliError> {
-    std::fs::write(path, bytes)
-        .map_err(|e| CliError::Usage(format!("{}: cannot write: {e}", path.display())))
+    super::output::write_file(path, bytes)
 }
 
 /// Runs `tensortune codegen`.
 pub fn codegen(args: &CodegenArgs, out: &mut dyn Write) -> Result<(), CliError> {
     let (spec, dag) = parse_workload(&args.workload)?;
+    let header_path = match (&args.out, &args.header) {
+        (_, Some(h)) => Some(h.clone()),
+        (Some(o), None) if args.emit == Emit::Obj => Some(o.with_extension("h")),
+        _ => None,
+    };
+    let inputs: Vec<(&str, &std::path::Path)> =
+        args.db.iter().map(|p| ("--db", p.as_path())).collect();
+    let outputs: Vec<(&str, &std::path::Path)> = args
+        .out
+        .iter()
+        .map(|p| ("--out", p.as_path()))
+        .chain(header_path.iter().map(|p| ("--header", p.as_path())))
+        .collect();
+    super::output::refuse_clobbering(&inputs, &outputs)?;
     let key = args
         .target
         .clone()
@@ -101,10 +114,7 @@ pub fn codegen(args: &CodegenArgs, out: &mut dyn Write) -> Result<(), CliError> 
         for w in &c.warnings {
             eprintln!("warning: {w}");
         }
-        let header_path = args
-            .header
-            .clone()
-            .unwrap_or_else(|| path.with_extension("h"));
+        let header_path = header_path.unwrap_or_else(|| path.with_extension("h"));
         let guard: String = header_path
             .file_name()
             .map(|n| n.to_string_lossy().to_uppercase())

@@ -12,6 +12,7 @@
 pub mod codegen;
 pub mod inspect;
 pub mod model;
+pub mod output;
 pub mod plot;
 pub mod records;
 pub mod report;

@@ -275,6 +275,7 @@ pub fn train(args: &TrainArgs, out: &mut dyn Write) -> Result<(), CliError> {
         [o] => *o,
         _ => return Err(CliError::Usage("choose one objective to train with".into())),
     };
+    super::output::refuse_clobbering(&[("--db", &args.source.db)], &[("--out", &args.out)])?;
     let (db, target) = open(&args.source)?;
     let options = GbdtOptions {
         objective,

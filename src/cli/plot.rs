@@ -226,6 +226,7 @@ pub(crate) fn plot_targets(
 
 /// `tensortune plot`: writes the curve to `--out` (or `out` for `-`) and says so on `out`.
 pub fn plot(args: &PlotArgs, out: &mut dyn Write) -> Result<(), CliError> {
+    super::output::refuse_clobbering(&[("--db", &args.db)], &[("--out", &args.out)])?;
     let db = Database::open_existing(&args.db)?;
     let key = workload_key(&db, &args.workload)?;
     let targets = plot_targets(&db, &key, args.target.as_deref())?;
@@ -234,8 +235,7 @@ pub fn plot(args: &PlotArgs, out: &mut dyn Write) -> Result<(), CliError> {
     if args.out.as_os_str() == "-" {
         return write_out(out, &svg);
     }
-    std::fs::write(&args.out, &svg)
-        .map_err(|e| CliError::Usage(format!("{}: {e}", args.out.display())))?;
+    super::output::write_file(&args.out, svg.as_bytes())?;
     let trials: usize = curves.iter().map(|c| c.trials).sum();
     write_out(
         out,

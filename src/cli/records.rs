@@ -208,6 +208,9 @@ pub fn best(args: &BestArgs, out: &mut dyn Write) -> Result<(), CliError> {
 
 /// `tensortune export`: to `--out` (atomically) or to `out`.
 pub fn export(args: &ExportArgs, out: &mut dyn Write) -> Result<(), CliError> {
+    if let Some(path) = &args.out {
+        super::output::refuse_clobbering(&[("--db", &args.db)], &[("--out", path)])?;
+    }
     let db = Database::open_existing(&args.db)?;
     let result = match &args.out {
         Some(path) => db.export_file(path),

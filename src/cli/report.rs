@@ -210,13 +210,13 @@ fn workload_section(
 
 /// `tensortune report`: writes the page to `--out` (or `out` for `-`) and says so on `out`.
 pub fn report(args: &ReportArgs, out: &mut dyn Write) -> Result<(), CliError> {
+    super::output::refuse_clobbering(&[("--db", &args.db)], &[("--out", &args.out)])?;
     let db = Database::open_existing(&args.db)?;
     let html = render(&db)?;
     if args.out.as_os_str() == "-" {
         return write_out(out, &html);
     }
-    std::fs::write(&args.out, &html)
-        .map_err(|e| CliError::Usage(format!("{}: {e}", args.out.display())))?;
+    super::output::write_file(&args.out, html.as_bytes())?;
     write_out(out, &format!("wrote {}\n", args.out.display()))
 }
 

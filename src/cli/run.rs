@@ -78,6 +78,15 @@ pub(crate) fn parse_workload(spec: &str) -> Result<(WorkloadSpec, ComputeDag), C
 /// Runs `tensortune run`.
 pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<(), CliError> {
     let (spec, dag) = parse_workload(&args.workload)?;
+    if let Some(o) = &args.output {
+        let inputs: Vec<(&str, &Path)> = args
+            .inputs
+            .iter()
+            .map(|p| ("--inputs", p.as_path()))
+            .chain(args.db.iter().map(|p| ("--db", p.as_path())))
+            .collect();
+        super::output::refuse_clobbering(&inputs, &[("--output", o)])?;
+    }
     let target = HostTarget::host().key(args.threads);
     let (state, source) = schedule_from(args.db.as_deref(), &spec, &dag, &target)?;
     let kernel = Kernel::from_state(&state, &Default::default())
@@ -200,9 +209,18 @@ fn read_inputs(kernel: &Kernel, paths: &[PathBuf]) -> Result<Vec<NdData>, CliErr
     Ok(out)
 }
 
+/// `.npy` through a temporary file renamed into place.
+fn write_npy_atomic<T: ndarray_npy::WritableElement>(
+    path: &Path,
+    a: &ArrayD<T>,
+) -> Result<(), CliError> {
+    use ndarray_npy::WriteNpyExt;
+    tensortune_records::write_atomic(path, |w| a.write_npy(w).map_err(std::io::Error::other))
+        .map_err(|e| super::output::io_error(path, &e))
+}
+
 fn write_output(b: &AlignedBuffer, path: &Path) -> Result<(), CliError> {
     let shape: Vec<usize> = b.shape().iter().map(|&d| d as usize).collect();
-    let err = |e: String| CliError::Usage(format!("{}: {e}", path.display()));
     let internal = |e: String| CliError::Internal(e);
     match b.dtype() {
         DType::F32 => {
@@ -212,7 +230,7 @@ fn write_output(b: &AlignedBuffer, path: &Path) -> Result<(), CliError> {
                 .to_vec();
             let a =
                 ArrayD::from_shape_vec(IxDyn(&shape), v).map_err(|e| internal(e.to_string()))?;
-            ndarray_npy::write_npy(path, &a).map_err(|e| err(e.to_string()))
+            write_npy_atomic(path, &a)
         }
         DType::F64 => {
             let v = b
@@ -221,7 +239,7 @@ fn write_output(b: &AlignedBuffer, path: &Path) -> Result<(), CliError> {
                 .to_vec();
             let a =
                 ArrayD::from_shape_vec(IxDyn(&shape), v).map_err(|e| internal(e.to_string()))?;
-            ndarray_npy::write_npy(path, &a).map_err(|e| err(e.to_string()))
+            write_npy_atomic(path, &a)
         }
         DType::I32 => {
             let v = b
@@ -230,7 +248,7 @@ fn write_output(b: &AlignedBuffer, path: &Path) -> Result<(), CliError> {
                 .to_vec();
             let a =
                 ArrayD::from_shape_vec(IxDyn(&shape), v).map_err(|e| internal(e.to_string()))?;
-            ndarray_npy::write_npy(path, &a).map_err(|e| err(e.to_string()))
+            write_npy_atomic(path, &a)
         }
         d => Err(internal(format!("output of dtype {d}"))),
     }

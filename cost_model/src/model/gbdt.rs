@@ -270,9 +270,9 @@ impl GbdtModel {
             path: path.to_path_buf(),
             message: e.to_string(),
         })?;
-        let tmp = path.with_extension("tmp");
-        std::fs::write(&tmp, text).map_err(io)?;
-        std::fs::rename(&tmp, path).map_err(io)
+        // Atomic, through a temporary of its own: never a half-written model, and never a
+        // neighbouring file (`model.tmp`) overwritten or removed.
+        tensortune_records::write_bytes_atomic(path, &text).map_err(io)
     }
 
     /// Reads a model written by [`GbdtModel::save`]. A file written for another feature

@@ -1,0 +1,87 @@
+//! Writing a file so that it is either the old one or the whole new one, never half of it.
+//!
+//! The content goes to a temporary file of a name no other file has (created exclusively, in
+//! the same folder, so the rename stays on one file system), is flushed to disk, and is then
+//! renamed over the target. On any error the temporary file is removed and the target is
+//! untouched: a full disk, a kill or a crash mid-write leave the previous file as it was, and
+//! no file but our own temporary is ever created or removed.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Writes `path` through `fill`, atomically (see the module doc).
+pub fn write_atomic(
+    path: &Path,
+    fill: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+) -> io::Result<()> {
+    let (tmp, file) = create_temp(path)?;
+    let result = (|| {
+        let mut w = BufWriter::new(file);
+        fill(&mut w)?;
+        let file = w.into_inner().map_err(|e| e.into_error())?;
+        file.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        // Best effort: the error that matters is the one being returned.
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// [`write_atomic`] of a byte string.
+pub fn write_bytes_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    write_atomic(path, |w| w.write_all(bytes))
+}
+
+/// A new, exclusively created file beside `path`: `.NAME.PID-N.tmp`, `N` counting up in this
+/// process until a free name is found.
+fn create_temp(path: &Path) -> io::Result<(PathBuf, File)> {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let name = path.file_name().ok_or_else(|| {
+        io::Error::new(io::ErrorKind::InvalidInput, "the output path names no file")
+    })?;
+    loop {
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let mut tmp_name = std::ffi::OsString::from(".");
+        tmp_name.push(name);
+        tmp_name.push(format!(".{}-{n}.tmp", std::process::id()));
+        let tmp = path.with_file_name(tmp_name);
+        match OpenOptions::new().write(true).create_new(true).open(&tmp) {
+            Ok(f) => return Ok((tmp, f)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_write_leaves_the_old_file_and_no_temporary() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("out.json");
+        let neighbour = dir.path().join("out.tmp");
+        std::fs::write(&path, "old").expect("write");
+        std::fs::write(&neighbour, "someone else's").expect("write");
+        let err = write_atomic(&path, |w| {
+            w.write_all(b"half")?;
+            Err(io::Error::other("disk full"))
+        })
+        .expect_err("fails");
+        assert_eq!(err.to_string(), "disk full");
+        assert_eq!(std::fs::read_to_string(&path).expect("read"), "old");
+        assert_eq!(
+            std::fs::read_to_string(&neighbour).expect("read"),
+            "someone else's"
+        );
+        assert_eq!(std::fs::read_dir(dir.path()).expect("ls").count(), 2);
+        write_bytes_atomic(&path, b"new").expect("write");
+        assert_eq!(std::fs::read_to_string(&path).expect("read"), "new");
+        assert_eq!(std::fs::read_dir(dir.path()).expect("ls").count(), 2);
+    }
+}
