@@ -26,9 +26,14 @@ impl Target {
         match parts.next() {
             Some("llvm") => {
                 let mut t = threads;
+                let host = HostTarget::host().key(1);
                 for p in parts {
                     if let Some(v) = p.strip_prefix("-threads=") {
                         t = v.parse().map_err(|_| UnknownTarget(s.to_string()))?;
+                    } else if !host.split_whitespace().any(|h| h == p) {
+                        // Code is compiled for and measured on this CPU only: an option that
+                        // names another CPU or feature set would be silently ignored.
+                        return Err(UnknownTarget(s.to_string()));
                     }
                 }
                 Ok(Target::host(t))
@@ -54,5 +59,8 @@ impl Target {
 
 /// A target string that is not `llvm` or `llvm -threads=N`.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("unknown target `{0}`: expected `llvm` or `llvm -threads=N`")]
+#[error(
+    "unknown target `{0}`: expected `llvm` or `llvm -threads=N` (options naming a CPU must \
+     name this one: kernels are compiled for and measured on the CPU tensortune runs on)"
+)]
 pub struct UnknownTarget(pub String);

@@ -88,8 +88,30 @@ fn main() -> ExitCode {
     std::panic::set_hook(Box::new(|info| {
         eprintln!("tensortune: internal error: {info}");
     }));
-    // Usage errors from clap print their own message and exit with status 2.
-    let cli = Cli::parse();
+    // Usage errors from clap: the error's own line and the hint, exit status 2 (clap's full
+    // rendering adds a usage block); help and version print as clap does.
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(
+                e.kind(),
+                ErrorKind::DisplayHelp
+                    | ErrorKind::DisplayVersion
+                    | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+            ) {
+                e.exit();
+            }
+            let text = e.render().to_string();
+            let first = text
+                .lines()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("error");
+            eprintln!("tensortune: {}", first.trim_start_matches("error: "));
+            eprintln!("For more information, try '--help'.");
+            return ExitCode::from(2);
+        }
+    };
     match std::panic::catch_unwind(|| run(cli.command)) {
         Ok(Ok(())) => ExitCode::SUCCESS,
         Ok(Err(e)) => {

@@ -51,6 +51,41 @@ impl fmt::Display for CliError {
 
 impl std::error::Error for CliError {}
 
+/// The most threads a flag may ask for: eight per core of this machine (more only queue on
+/// the same cores, and thread pools of 100 000 hang the machine rather than fail).
+pub fn max_threads() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .saturating_mul(8)
+}
+
+/// A usage error naming `flag` and the allowed range unless `lo <= value <= hi`.
+pub fn check_count(flag: &str, value: usize, lo: usize, hi: usize) -> Result<usize, CliError> {
+    if (lo..=hi).contains(&value) {
+        Ok(value)
+    } else {
+        Err(CliError::Usage(format!(
+            "{flag} must be between {lo} and {hi}, not {value}"
+        )))
+    }
+}
+
+/// A usage error naming `flag` and the allowed range unless `value` is finite and
+/// `lo <= value <= hi`.
+pub fn check_real(flag: &str, value: f64, lo: f64, hi: f64) -> Result<f64, CliError> {
+    if value.is_finite() && (lo..=hi).contains(&value) {
+        Ok(value)
+    } else {
+        Err(CliError::Usage(format!(
+            "{flag} must be a number between {lo} and {hi}, not {value}"
+        )))
+    }
+}
+
+/// A week, in seconds: the longest time budget a flag takes.
+pub const MAX_SECONDS: f64 = 7.0 * 24.0 * 3600.0;
+
 impl From<tensortune_records::RecordsError> for CliError {
     fn from(e: tensortune_records::RecordsError) -> CliError {
         if e.is_user_error() {

@@ -5,7 +5,7 @@
 //! (their dtype and shape must match the op's); otherwise they are random from a fixed seed.
 //! With `--output out.npy` the (first) output is written as `.npy`.
 
-use super::CliError;
+use super::{check_count, check_real, max_threads, CliError};
 use crate::codegen::HostTarget;
 use crate::measure::{random_inputs, time_kernel, MeasureOptions};
 use crate::runtime::{AlignedBuffer, Runtime};
@@ -70,14 +70,20 @@ fn schedule_from(
 }
 
 pub(crate) fn parse_workload(spec: &str) -> Result<(WorkloadSpec, ComputeDag), CliError> {
-    let w = WorkloadSpec::parse(spec).map_err(|e| CliError::Usage(e.to_string()))?;
-    let dag = w.build().map_err(|e| CliError::Usage(e.to_string()))?;
+    // The error quotes the spec: a line break in it must not break the one-line message.
+    let usage = |e: String| CliError::Usage(e.replace('\n', "\\n").replace('\r', "\\r"));
+    let w = WorkloadSpec::parse(spec).map_err(|e| usage(e.to_string()))?;
+    let dag = w.build().map_err(|e| usage(e.to_string()))?;
     Ok((w, dag))
 }
 
 /// Runs `tensortune run`.
 pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<(), CliError> {
     let (spec, dag) = parse_workload(&args.workload)?;
+    check_count("--threads", args.threads, 1, max_threads())?;
+    check_count("--repeat", args.repeat, 1, 100_000)?;
+    // A minute per timing is far past any use; `inf` would time forever.
+    check_real("--min-repeat-ms", args.min_repeat_ms, 0.0, 60_000.0)?;
     if let Some(o) = &args.output {
         let inputs: Vec<(&str, &Path)> = args
             .inputs

@@ -1,7 +1,7 @@
 //! `tensortune tune`: tune workloads on the host CPU into a records database.
 
 use super::run::parse_workload;
-use super::CliError;
+use super::{check_count, check_real, max_threads, CliError, MAX_SECONDS};
 use crate::tune::{tune_dags, Target, TuneError};
 use std::io::Write;
 use std::path::PathBuf;
@@ -79,10 +79,37 @@ fn parse_weighted(s: &str) -> Result<(String, f64), CliError> {
     }
 }
 
+/// Per task, the trials its target already has in the database at `db` and the best latency
+/// among them: what the run resumes from (none when the file does not exist yet).
+fn resume_points(
+    db: &std::path::Path,
+    tasks: &[(String, tensortune_schedules::ComputeDag, f64)],
+    target: &str,
+) -> Result<Vec<(usize, Option<f64>)>, CliError> {
+    if !db.exists() {
+        return Ok(vec![(0, None); tasks.len()]);
+    }
+    let db = tensortune_records::Database::open_read_only(db)?;
+    tasks
+        .iter()
+        .map(|(key, _, _)| {
+            let trials = db.records(key, target)?.len();
+            let best = db
+                .best(key, target)?
+                .and_then(|r| r.outcome.timing().map(|t| t.median_s));
+            Ok((trials, best))
+        })
+        .collect()
+}
+
 /// Runs `tensortune tune`.
 pub fn tune(args: &TuneArgs, out: &mut dyn Write) -> Result<(), CliError> {
-    if args.trials == 0 {
-        return Err(CliError::Usage("--trials must be at least 1".into()));
+    check_count("--trials", args.trials, 1, 100_000_000)?;
+    check_count("--threads", args.threads, 1, max_threads())?;
+    check_count("--batch-size", args.batch_size, 1, 1_000_000)?;
+    check_count("--population", args.population, 1, 10_000_000)?;
+    if let Some(t) = args.time_budget {
+        check_real("--time-budget", t, 0.0, MAX_SECONDS)?;
     }
     let target =
         Target::parse(&args.target, args.threads).map_err(|e| CliError::Usage(e.to_string()))?;
@@ -119,6 +146,20 @@ pub fn tune(args: &TuneArgs, out: &mut dyn Write) -> Result<(), CliError> {
         task_scheduler,
         ..TuneOptions::default()
     };
+    let earlier = resume_points(&args.db, &tasks, &target.key())?;
+    if !args.quiet {
+        for (key, (trials, best)) in tasks.iter().map(|t| &t.0).zip(&earlier) {
+            if *trials > 0 {
+                let best = best.map_or("no valid program".to_string(), |b| {
+                    format!("best {:.3} ms", b * 1e3)
+                });
+                eprintln!(
+                    "tensortune: resuming {key}: {trials} trial(s) already in {}, {best}",
+                    args.db.display()
+                );
+            }
+        }
+    }
     let reports = tune_dags(tasks, &target, &opts).map_err(|e| match e {
         TuneError::Records(r) if r.is_user_error() => CliError::Usage(r.to_string()),
         TuneError::Spec(s) => CliError::Usage(s.to_string()),
@@ -174,9 +215,10 @@ pub fn tune(args: &TuneArgs, out: &mut dyn Write) -> Result<(), CliError> {
             .map_err(io)?;
         }
     } else {
-        for r in &reports {
+        for (r, (trials, best)) in reports.iter().zip(&earlier) {
             let j = serde_json::json!({
                 "workload": r.workload,
+                "resumed": {"trials": trials, "best_latency_s": best},
                 "target": r.target,
                 "trials": r.trials,
                 "best_latency_s": r.best_latency_s,

@@ -59,7 +59,7 @@ fn address_space_room() -> Option<u64> {
     let pages: u64 = statm.split_whitespace().next()?.parse().ok()?;
     // SAFETY: sysconf has no preconditions.
     let page = u64::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).ok()?;
-    Some((lim.rlim_cur as u64).saturating_sub(pages.saturating_mul(page)))
+    Some(lim.rlim_cur.saturating_sub(pages.saturating_mul(page)))
 }
 
 #[cfg(not(target_os = "linux"))]

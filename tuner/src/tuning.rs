@@ -281,6 +281,17 @@ impl<'a> Tuner<'a> {
         // Resume from the records of this workload and target.
         if let Some(db) = self.db.as_deref() {
             for r in db.records(&task.input.key, target)? {
+                // A failure of kind `other` (out of memory, the measurer itself, a stored time
+                // out of range) says nothing about the program: a resumed run may try it again.
+                if matches!(
+                    r.outcome,
+                    tensortune_records::Outcome::Failed {
+                        kind: ErrorKind::Other,
+                        ..
+                    }
+                ) {
+                    continue;
+                }
                 let Ok(trace) = Trace::from_json(&r.trace_json) else {
                     continue;
                 };
