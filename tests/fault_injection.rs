@@ -363,3 +363,19 @@ fn usage_errors_are_one_line_and_a_hint() {
         .expect("run");
     assert_usage_error(&out, "4\\nx");
 }
+
+#[test]
+fn a_device_as_the_database_is_a_usage_error_for_every_subcommand() {
+    for args in [
+        vec!["records", "--db", "/dev/null"],
+        vec!["best", "--workload", SPEC, "--db", "/dev/null"],
+        vec!["export", "--db", "/dev/null"],
+    ] {
+        let out = bin().args(&args).output().expect("runs");
+        assert_usage_error(&out, "/dev/null");
+    }
+    let out = tune_cmd(Path::new("/dev/null"), "2")
+        .output()
+        .expect("tune");
+    assert_usage_error(&out, "/dev/null");
+}

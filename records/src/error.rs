@@ -136,17 +136,25 @@ impl RecordsError {
             | RecordsError::ImportRejected { .. }
             | RecordsError::MergeIntoSelf { .. }
             | RecordsError::NoWal { .. } => true,
+            // A full disk is the user's to free, like every other place it shows up: the
+            // same exit status whichever subcommand meets it.
             RecordsError::Io { source, .. } => matches!(
                 source.kind(),
-                std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied
+                std::io::ErrorKind::NotFound
+                    | std::io::ErrorKind::PermissionDenied
+                    | std::io::ErrorKind::StorageFull
+                    | std::io::ErrorKind::ReadOnlyFilesystem
             ),
-            // A path in a missing folder, or a file or folder without write permission.
+            // A path in a missing folder, a file or folder without write permission, a full
+            // disk, or a "database" that is a device (`/dev/null` fails with an I/O error).
             RecordsError::Sqlite { source, .. } => matches!(
                 source.sqlite_error_code(),
                 Some(
                     rusqlite::ErrorCode::CannotOpen
                         | rusqlite::ErrorCode::ReadOnly
                         | rusqlite::ErrorCode::PermissionDenied
+                        | rusqlite::ErrorCode::DiskFull
+                        | rusqlite::ErrorCode::SystemIoFailure
                 )
             ),
             RecordsError::InvalidRecord { .. } | RecordsError::UnknownRun { .. } => false,
