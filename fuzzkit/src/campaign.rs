@@ -76,6 +76,7 @@ pub struct Campaign {
     tokens: Vec<String>,
     inputs: usize,
     seed: u64,
+    json: bool,
 }
 
 impl Campaign {
@@ -87,6 +88,7 @@ impl Campaign {
             tokens: Vec::new(),
             inputs: DEFAULT_INPUTS,
             seed: 0x7e57_f022,
+            json: false,
         }
     }
 
@@ -99,6 +101,12 @@ impl Campaign {
     /// How many mutated inputs to run (default 10,000), besides the seeds.
     pub fn inputs(mut self, inputs: usize) -> Campaign {
         self.inputs = inputs;
+        self
+    }
+
+    /// The inputs are JSON: see [`Mutator::json`].
+    pub fn json(mut self) -> Campaign {
+        self.json = true;
         self
     }
 
@@ -115,7 +123,9 @@ impl Campaign {
         install_quiet_hook();
         let seeds: Vec<&[u8]> = self.seeds.iter().map(Vec::as_slice).collect();
         let tokens: Vec<&str> = self.tokens.iter().map(String::as_str).collect();
-        let mut mutator = Mutator::new(self.seed, &seeds).tokens(&tokens);
+        let mut mutator = Mutator::new(self.seed, &seeds)
+            .tokens(&tokens)
+            .json(self.json);
         let mut failures = Vec::new();
         let mut failed = 0;
         let inputs = self

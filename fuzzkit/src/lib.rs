@@ -27,6 +27,7 @@
 #![warn(missing_docs)]
 
 mod campaign;
+mod json;
 mod mutate;
 
 pub use campaign::{escape, one_line, Campaign};

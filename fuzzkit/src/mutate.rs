@@ -108,6 +108,7 @@ pub struct Mutator {
     rng: ChaCha8Rng,
     seeds: Vec<Vec<u8>>,
     tokens: Vec<Vec<u8>>,
+    json: bool,
 }
 
 impl Mutator {
@@ -117,7 +118,15 @@ impl Mutator {
             rng: ChaCha8Rng::seed_from_u64(seed),
             seeds: seeds.iter().map(|s| s.to_vec()).collect(),
             tokens: Vec::new(),
+            json: false,
         }
+    }
+
+    /// Treats the inputs as JSON: three in five of them then get structured mutations (one value
+    /// changed, the syntax kept) instead of byte mutations.
+    pub fn json(mut self, json: bool) -> Mutator {
+        self.json = json;
+        self
     }
 
     /// Adds words of the format (keys, names, field names) that mutations may insert.
@@ -127,10 +136,23 @@ impl Mutator {
         self
     }
 
-    /// The next input: a seed with one to four mutations.
+    /// The next input: a seed with one to four mutations, one in half of the inputs (stacked
+    /// mutations break most inputs early, single ones reach the checks behind the syntax).
     pub fn next_input(&mut self) -> Vec<u8> {
         let mut input = self.pick_seed();
-        let rounds = self.rng.gen_range(1..=4);
+        let mut rounds: usize = 1;
+        while rounds < 4 && self.rng.gen_bool(0.5) {
+            rounds += 1;
+        }
+        if self.json && self.rng.gen_bool(0.6) {
+            let donor = self.pick_seed();
+            if let Some(changed) = crate::json::mutate(&mut self.rng, &input, &donor, &self.tokens)
+            {
+                // Mostly valid JSON with one value changed; sometimes a byte mutation on top.
+                input = changed;
+                rounds = usize::from(self.rng.gen_bool(0.2));
+            }
+        }
         for _ in 0..rounds {
             self.mutate(&mut input);
             input.truncate(MAX_LEN);
