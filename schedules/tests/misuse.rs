@@ -347,6 +347,22 @@ fn spec_errors_stay_on_one_line() {
     );
 }
 
+/// Found by `fuzz_traces`: serde quotes an unknown step or annotation name as written, so a
+/// name with a line break made a two-line error.
+#[test]
+fn trace_errors_stay_on_one_line() {
+    for json in [
+        r#"{"steps":[{"op":"sp\nlit","stage":0,"iter":0,"factors":[2]}]}"#,
+        r#"{"steps":[{"op":"annotate","stage":0,"iter":0,"annotation":"un\r\nroll"}]}"#,
+        r#"{"steps":[{"op":"cache_write","stage":0,"scope":"\u001b[2J"}]}"#,
+    ] {
+        let e = Trace::from_json(json).unwrap_err();
+        assert!(matches!(e, TraceError::Json(_)), "{e}");
+        let e = e.to_string();
+        assert!(!e.contains(['\n', '\r', '\u{1b}']), "{e:?}");
+    }
+}
+
 #[test]
 fn malformed_traces_never_panic() {
     let d = dag("conv2d:N=1,C=2,H=5,W=5,K=2,R=3,S=3,pad=1");
