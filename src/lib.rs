@@ -26,6 +26,8 @@ pub mod cli;
 pub mod codegen;
 pub mod kernel;
 pub mod measure;
+#[cfg(feature = "tuning")]
+pub mod npy;
 pub mod runtime;
 pub mod target;
 #[cfg(feature = "tuning")]
