@@ -27,6 +27,8 @@ pub mod cli;
 pub mod codegen;
 pub mod kernel;
 pub mod measure;
+#[cfg(feature = "tuning")]
+pub mod npy;
 pub mod plausible;
 pub mod runtime;
 pub mod target;

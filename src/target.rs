@@ -60,7 +60,29 @@ impl Target {
 /// A target string that is not `llvm` or `llvm -threads=N`.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "unknown target `{0}`: expected `llvm` or `llvm -threads=N` (options naming a CPU must \
-     name this one: kernels are compiled for and measured on the CPU tensortune runs on)"
+    "unknown target `{}`: expected `llvm` or `llvm -threads=N` (options naming a CPU must \
+     name this one: kernels are compiled for and measured on the CPU tensortune runs on)",
+    tensortune_schedules::text::single_line(.0)
 )]
 pub struct UnknownTarget(pub String);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Found by `fuzz_inputs`: a target string holding a line break was quoted as written,
+    /// so the error took two lines.
+    #[test]
+    fn unknown_targets_are_quoted_on_one_line() {
+        for text in ["\n", "\r", "llvm -threads=\n2", "cu\nda", "\u{1b}[2J"] {
+            let e = Target::parse(text, 1).unwrap_err().to_string();
+            assert!(!e.contains(['\n', '\r', '\u{1b}']), "{e:?}");
+        }
+        assert_eq!(
+            Target::parse("cu\nda", 1).unwrap_err().to_string(),
+            "unknown target `cu\\nda`: expected `llvm` or `llvm -threads=N` (options naming a \
+             CPU must name this one: kernels are compiled for and measured on the CPU \
+             tensortune runs on)"
+        );
+    }
+}

@@ -262,3 +262,32 @@ fn random_model_is_seeded() {
     assert_ne!(a, c);
     assert!(a.iter().all(|x| (0.0..1.0).contains(x)));
 }
+
+/// Found by `fuzz_model`: a model file whose sample held part of a row (or a value too large
+/// for `f32`) loaded, breaking the features' invariant; and an objective name with a line
+/// break made a two-line error.
+#[test]
+fn model_files_are_checked_like_features_and_fail_on_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.json");
+    let mut model = GbdtModel::new(options(Objective::PackSumSquaredError)).unwrap();
+    model.update(&synthetic(4, 5)).unwrap();
+    model.save(&path).unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut file: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let damaged = [
+        serde_json::json!([1.0]),
+        serde_json::json!(vec![1e300; N_FEATURES]),
+    ];
+    for bad in damaged {
+        file["samples"][0]["features"]["values"] = bad;
+        std::fs::write(&path, file.to_string()).unwrap();
+        let r = GbdtModel::load(&path);
+        assert!(matches!(r, Err(ModelError::BadModelFile { .. })), "{r:?}");
+    }
+    let renamed = text.replace("\"pack-sum-squared-error\"", "\"pack\\nsum\"");
+    assert_ne!(renamed, text, "the file names its objective");
+    std::fs::write(&path, renamed).unwrap();
+    let e = GbdtModel::load(&path).unwrap_err().to_string();
+    assert!(e.contains("pack\\nsum") && !e.contains('\n'), "{e}");
+}

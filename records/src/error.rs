@@ -259,7 +259,7 @@ pub enum LineErrorKind {
     OutcomeAmbiguous,
     /// `trace_hash` does not match the trace (a hand edit or a damaged file).
     #[error(
-        "trace_hash {found} does not match the trace (expected {expected}); \
+        "trace_hash {found:?} does not match the trace (expected {expected}); \
          to keep an edited trace, remove its trace_hash"
     )]
     HashMismatch {

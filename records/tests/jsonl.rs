@@ -291,3 +291,24 @@ fn impossible_timings_are_rejected_on_import() {
     );
     assert_eq!(db.count().expect("count"), 0);
 }
+
+/// Found by `fuzz_jsonl`: a `trace_hash` holding a line break was quoted as written, so the
+/// rejection took two lines.
+#[test]
+fn a_bad_trace_hash_is_quoted_on_one_line() {
+    let dir = temp_dir();
+    let mut db = Database::open(db_path(&dir, "dst.db")).expect("open");
+    let line = r#"{"format":"tensortune.record/1","workload":"matmul:M=1","flops":2.0,"target":"t","trace":[],"trace_hash":"ab\ncd","error":{"kind":"other","message":""},"measured_at":"2026-01-01T00:00:00.000Z"}"#;
+    let report = import_text(&mut db, line, ImportMode::Lenient).expect("import");
+    assert_eq!(report.rejected.len(), 1);
+    assert!(matches!(
+        report.rejected[0].kind,
+        LineErrorKind::HashMismatch { .. }
+    ));
+    let message = report.rejected[0].to_string();
+    assert!(
+        message.contains(r#"trace_hash "ab\ncd" does not match"#),
+        "{message}"
+    );
+    assert!(!message.contains('\n'), "{message}");
+}

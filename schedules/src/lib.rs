@@ -22,5 +22,6 @@ pub mod random;
 pub mod scalar;
 pub mod schedule;
 pub mod simplify;
+pub mod text;
 pub mod trace;
 pub mod verify;

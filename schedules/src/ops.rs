@@ -17,6 +17,7 @@
 use crate::dag::{ComputeDag, DagError};
 use crate::expr::{self, select, sum, Const, DType, Expr};
 use crate::te::{Graph, Tensor};
+use crate::text::single_line;
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -97,13 +98,13 @@ pub const OPS: &[OpDesc] = &[
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum SpecError {
     /// Nothing before the colon, or no colon.
-    #[error("malformed workload spec `{spec}`: expected NAME:KEY=VALUE,... (e.g. matmul:M=64,N=64,K=64)")]
+    #[error("malformed workload spec `{}`: expected NAME:KEY=VALUE,... (e.g. matmul:M=64,N=64,K=64)", single_line(.spec))]
     Malformed {
         /// The spec.
         spec: String,
     },
     /// Not in the library.
-    #[error("unknown op `{name}`; known ops: {known}")]
+    #[error("unknown op `{}`; known ops: {known}", single_line(.name))]
     UnknownOp {
         /// The name given.
         name: String,
@@ -111,7 +112,7 @@ pub enum SpecError {
         known: String,
     },
     /// A `KEY=VALUE` item without `=`.
-    #[error("malformed item `{item}` in `{spec}`: expected KEY=VALUE")]
+    #[error("malformed item `{}` in `{}`: expected KEY=VALUE", single_line(.item), single_line(.spec))]
     BadItem {
         /// The item.
         item: String,
@@ -119,7 +120,7 @@ pub enum SpecError {
         spec: String,
     },
     /// A key the op does not have.
-    #[error("`{op}` has no key `{key}`; its keys: {allowed}")]
+    #[error("`{op}` has no key `{}`; its keys: {allowed}", single_line(.key))]
     UnknownKey {
         /// The op.
         op: String,
@@ -129,7 +130,7 @@ pub enum SpecError {
         allowed: String,
     },
     /// A key given twice.
-    #[error("key `{key}` given twice")]
+    #[error("key `{}` given twice", single_line(.key))]
     DuplicateKey {
         /// The key.
         key: String,
@@ -143,7 +144,7 @@ pub enum SpecError {
         key: String,
     },
     /// A value that is not a positive integer in range, or an unknown dtype.
-    #[error("bad value `{value}` for `{key}`: {reason}")]
+    #[error("bad value `{}` for `{key}`: {reason}", single_line(.value))]
     BadValue {
         /// The key.
         key: String,

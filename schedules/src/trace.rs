@@ -20,6 +20,7 @@
 use crate::dag::ComputeDag;
 use crate::ir::{Scope, ThreadAxis};
 use crate::schedule::{ScheduleError, State};
+use crate::text::single_line;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -196,7 +197,8 @@ impl Trace {
     }
     /// Parses JSON text.
     pub fn from_json(s: &str) -> Result<Trace, TraceError> {
-        serde_json::from_str(s).map_err(|e| TraceError::Json(e.to_string()))
+        // serde's messages quote the text they reject (`unknown variant ...`) as it was.
+        serde_json::from_str(s).map_err(|e| TraceError::Json(single_line(&e.to_string()).into()))
     }
     /// JSON of the steps alone: equal for equal programs, whatever produced them.
     pub fn steps_json(&self) -> String {

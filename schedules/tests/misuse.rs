@@ -320,6 +320,49 @@ fn workload_specs() {
     }
 }
 
+/// Found by `fuzz_specs`: a spec with a line break (or another control character) rendered
+/// its error over two lines.
+#[test]
+fn spec_errors_stay_on_one_line() {
+    for spec in [
+        "l\nB",
+        "b\rc",
+        "matmul:M=4,N=4\n4,K=4",
+        "matmul:M=4,N=4,K=4,Q\0=1",
+        "matmul:M=4\u{2028}4,N=4,K=4",
+        "nosuch\u{1b}[2J:M=1",
+        "matmul:M=4,N=4,K=4,K\nQ",
+        "matmul:M=4,N=4,K=4,dtype=f\n32",
+    ] {
+        let e = WorkloadSpec::parse(spec).unwrap_err().to_string();
+        assert!(
+            !e.contains(['\n', '\r', '\0', '\u{1b}', '\u{2028}']),
+            "{e:?}"
+        );
+    }
+    assert_eq!(
+        WorkloadSpec::parse("ma\ntmul:M=1").unwrap_err().to_string(),
+        "unknown op `ma\\ntmul`; known ops: matmul, batch_matmul, dense_bias_relu, conv2d, \
+         depthwise_conv2d, softmax, reduce_sum"
+    );
+}
+
+/// Found by `fuzz_traces`: serde quotes an unknown step or annotation name as written, so a
+/// name with a line break made a two-line error.
+#[test]
+fn trace_errors_stay_on_one_line() {
+    for json in [
+        r#"{"steps":[{"op":"sp\nlit","stage":0,"iter":0,"factors":[2]}]}"#,
+        r#"{"steps":[{"op":"annotate","stage":0,"iter":0,"annotation":"un\r\nroll"}]}"#,
+        r#"{"steps":[{"op":"cache_write","stage":0,"scope":"\u001b[2J"}]}"#,
+    ] {
+        let e = Trace::from_json(json).unwrap_err();
+        assert!(matches!(e, TraceError::Json(_)), "{e}");
+        let e = e.to_string();
+        assert!(!e.contains(['\n', '\r', '\u{1b}']), "{e:?}");
+    }
+}
+
 #[test]
 fn malformed_traces_never_panic() {
     let d = dag("conv2d:N=1,C=2,H=5,W=5,K=2,R=3,S=3,pad=1");

@@ -31,10 +31,29 @@ use tensortune_schedules::ir::LoweredFunc;
 
 /// The features of one program: `num_rows()` rows of [`N_FEATURES`] values, one per store.
 ///
-/// Invariant: `values.len() == num_rows * N_FEATURES`, and every value is finite.
+/// Invariant: `values.len() == num_rows * N_FEATURES`, and every value is finite. Reading
+/// (serde) checks it too: a model file is outside input.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "FlatFeatures")]
 pub struct ProgramFeatures {
     values: Vec<f32>,
+}
+
+/// The serialized form of [`ProgramFeatures`], before its invariant is checked.
+#[derive(Deserialize)]
+struct FlatFeatures {
+    values: Vec<f32>,
+}
+
+impl TryFrom<FlatFeatures> for ProgramFeatures {
+    type Error = String;
+
+    fn try_from(flat: FlatFeatures) -> Result<ProgramFeatures, String> {
+        let n = flat.values.len();
+        ProgramFeatures::from_flat(flat.values).ok_or_else(|| {
+            format!("{n} feature values are not whole rows of {N_FEATURES} finite numbers")
+        })
+    }
 }
 
 impl ProgramFeatures {

@@ -280,9 +280,10 @@ impl GbdtModel {
     /// columns.
     pub fn load(path: impl AsRef<Path>) -> Result<GbdtModel, ModelError> {
         let path = path.as_ref();
+        // serde and XGBoost quote what they reject as it was: keep the message one line.
         let bad = |m: String| ModelError::BadModelFile {
             path: path.to_path_buf(),
-            message: m,
+            message: tensortune_schedules::text::single_line(&m).into_owned(),
         };
         let text = std::fs::read(path).map_err(|e| ModelError::Io {
             path: path.to_path_buf(),
