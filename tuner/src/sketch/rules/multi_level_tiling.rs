@@ -49,7 +49,10 @@ impl MultiLevelTiling {
         }
         let outer_levels = structure.chars().take_while(|&c| c == 'S').count();
         let first_r = structure.find('R').ok_or_else(bad)?;
-        if outer_levels == 0 || !structure[first_r..].contains('S') {
+        if outer_levels == 0
+            || !structure[first_r..].contains('S')
+            || structure.matches('S').count() < 2
+        {
             return Err(bad());
         }
         Ok(MultiLevelTiling {
@@ -179,14 +182,15 @@ impl MultiLevelTiling {
             self.spatial_levels,
             self.structure.len() - self.spatial_levels,
         );
-        // Loops are split from the last so earlier positions stay put.
+        // Loops are split from the last so earlier positions stay put; one level is the
+        // loop as it is. A spatial axis always gets a tile hole (the outer stage follows it).
         let mut holes = vec![0; ns];
-        for r in (0..nr).rev() {
+        for r in (0..nr).rev().filter(|_| rl > 1) {
             b.split(compute, (ns + r) as u32, rl, None)?;
         }
         for a in (0..ns).rev() {
             let lanes = (a + 1 == ns).then(|| cx.lanes(t));
-            holes[a] = b.split(compute, a as u32, sl, lanes)?;
+            holes[a] = b.split(compute, a as u32, sl.max(2), lanes)?;
         }
         // Loop `l` of spatial axis `a` is at sl*a + l; of reduce axis `k`, at sl*ns + rl*k + l.
         let mut order = Vec::new();
