@@ -1,6 +1,8 @@
 //! tensortune: the root crate. It owns everything that touches a machine, on top of the
 //! schedule language ([`schedules`]), the records database ([`records`]), the cost model and
 //! the search ([`tuner`]), none of which compiles or runs code:
+//! - [`backend`]: the [`backend::Backend`] interface a machine implements to be tuned for
+//!   (the host CPU's is [`Target`]);
 //! - [`codegen`]: loop IR to LLVM IR for the host CPU (JIT and object files);
 //! - [`runtime`]: aligned buffers and the thread pool behind parallel loops;
 //! - [`kernel`]: [`Kernel`], a compiled schedule with checked calls;
@@ -21,6 +23,7 @@ pub use tensortune_records as records;
 pub use tensortune_schedules as schedules;
 pub use tensortune_tuner as tuner;
 
+pub mod backend;
 pub mod build;
 #[cfg(feature = "tuning")]
 pub mod cli;

@@ -1,6 +1,8 @@
-//! [`Target`]: where kernels run, and the key their records are filed under.
+//! [`Target`]: where kernels run, and the key their records are filed under. It is also the
+//! CPU [`crate::backend::Backend`] (see [`crate::backend::cpu`]).
 
 use crate::codegen::HostTarget;
+use tensortune_schedules::target::{TargetKey, TargetKind};
 
 /// Where kernels run.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -20,32 +22,39 @@ impl Target {
         }
     }
 
-    /// Parses `llvm` or `llvm -threads=N` (what the CLI's `--target` takes).
+    /// Parses an `llvm` key (what the CLI's `--target` takes): `llvm`, `llvm -threads=N`, or
+    /// a key naming the host CPU as [`Target::key`] writes it; `threads` where the key states
+    /// none. Code is generated for this CPU, so a key naming another CPU or other features is
+    /// refused.
     pub fn parse(s: &str, threads: usize) -> Result<Target, UnknownTarget> {
-        let mut parts = s.split_whitespace();
-        match parts.next() {
-            Some("llvm") => {
-                let mut t = threads;
-                let host = HostTarget::host().key(1);
-                for p in parts {
-                    if let Some(v) = p.strip_prefix("-threads=") {
-                        t = v.parse().map_err(|_| UnknownTarget(s.to_string()))?;
-                    } else if !host.split_whitespace().any(|h| h == p) {
-                        // Code is compiled for and measured on this CPU only: an option that
-                        // names another CPU or feature set would be silently ignored.
-                        return Err(UnknownTarget(s.to_string()));
-                    }
-                }
-                Ok(Target::host(t))
-            }
-            _ => Err(UnknownTarget(s.to_string())),
+        let unknown = || UnknownTarget(s.to_string());
+        let key: TargetKey = s.parse().map_err(|_| unknown())?;
+        let TargetKey::Llvm(k) = &key else {
+            return Err(unknown());
+        };
+        let host = match HostTarget::host().target_key(1) {
+            TargetKey::Llvm(h) => h,
+            TargetKey::Cuda(_) => return Err(unknown()),
+        };
+        let names_other = k.cpu.as_ref().is_some_and(|c| Some(c) != host.cpu.as_ref())
+            || k.features
+                .as_ref()
+                .is_some_and(|f| Some(f) != host.features.as_ref());
+        if key.kind() != TargetKind::Cpu || names_other {
+            return Err(unknown());
         }
+        Ok(Target::host(k.threads.unwrap_or(threads)))
     }
 
     /// The key records are filed under, naming the CPU model and features.
     pub fn key(&self) -> String {
+        self.target_key().to_string()
+    }
+
+    /// [`Target::key`], parsed.
+    pub fn target_key(&self) -> TargetKey {
         match self {
-            Target::Llvm { threads } => HostTarget::host().key(*threads),
+            Target::Llvm { threads } => HostTarget::host().target_key(*threads),
         }
     }
 
@@ -57,11 +66,10 @@ impl Target {
     }
 }
 
-/// A target string that is not `llvm` or `llvm -threads=N`.
+/// A target string that is not an `llvm` key of this CPU.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "unknown target `{}`: expected `llvm` or `llvm -threads=N` (options naming a CPU must \
-     name this one: kernels are compiled for and measured on the CPU tensortune runs on)",
+    "unknown target `{}`: expected `llvm`, `llvm -threads=N`, or this CPU's full key",
     tensortune_schedules::text::single_line(.0)
 )]
 pub struct UnknownTarget(pub String);
@@ -80,9 +88,7 @@ mod tests {
         }
         assert_eq!(
             Target::parse("cu\nda", 1).unwrap_err().to_string(),
-            "unknown target `cu\\nda`: expected `llvm` or `llvm -threads=N` (options naming a \
-             CPU must name this one: kernels are compiled for and measured on the CPU \
-             tensortune runs on)"
+            "unknown target `cu\\nda`: expected `llvm`, `llvm -threads=N`, or this CPU's full key"
         );
     }
 }

@@ -1,18 +1,19 @@
-//! `tune()`: the library's entry point for tuning, on the host CPU.
+//! `tune()`: the library's entry point for tuning, on any [`Backend`] (the host CPU is
+//! [`Target`]).
 //!
-//! It wires the pieces: the tuner's search and loop, the [`CpuMeasurer`], XGBoost's cost
-//! model, and the records database of [`TuneOptions::db`]. At the end the best few programs
-//! are re-measured, interleaved, each in a fresh forked process, and the report gives the
-//! re-measured figure: a best that only held up during tuning is not a best.
+//! It wires the pieces: the tuner's search and loop with the backend's target description and
+//! sketch rules, the backend's measurer, XGBoost's cost model, and the records database of
+//! [`TuneOptions::db`]. At the end the best few programs are re-measured, interleaved (on the
+//! CPU each in a fresh forked process), and the report gives the re-measured figure: a best
+//! that only held up during tuning is not a best.
 
-use crate::codegen::CodegenOptions;
-use crate::kernel::Kernel;
-use crate::measure::{CpuMeasurer, MeasureOptions};
+pub use crate::backend::cpu::tuning_measure_options;
+use crate::backend::{Backend, Purpose};
 pub use crate::target::{Target, UnknownTarget};
 use serde::Serialize;
 use std::io::IsTerminal;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use tensortune_cost_model::{GbdtModel, GbdtOptions};
 use tensortune_records::Database;
 use tensortune_schedules::ops::WorkloadSpec;
@@ -140,38 +141,34 @@ impl Observer for Progress {
     }
 }
 
-/// Tunes one workload of the op library.
-pub fn tune(
+/// Tunes one workload of the op library on `backend` (`&Target::host(1)` for one core of this
+/// CPU).
+pub fn tune<B: Backend>(
     workload: &WorkloadSpec,
-    target: &Target,
+    backend: &B,
     opts: &TuneOptions,
 ) -> Result<TuneReport, TuneError> {
     let dag = workload.build()?;
-    let mut r = tune_dags(vec![(workload.canonical(), dag, 1.0)], target, opts)?;
+    let mut r = tune_dags(vec![(workload.canonical(), dag, 1.0)], backend, opts)?;
     r.pop().ok_or(TuneError::Tuner(
         tensortune_tuner::tuning::TuneError::NoTasks,
     ))
 }
 
-/// Tunes several workloads together, each `(key, dag, weight)`: trials go where they reduce
-/// the weighted total latency most. A user's own DAG is tuned the same way under a key the
-/// user chooses (records are filed under it).
-pub fn tune_dags(
+/// Tunes several workloads together on `backend`, each `(key, dag, weight)`: trials go where
+/// they reduce the weighted total latency most. A user's own DAG is tuned the same way under
+/// a key the user chooses (records are filed under it).
+pub fn tune_dags<B: Backend>(
     tasks: Vec<(String, ComputeDag, f64)>,
-    target: &Target,
+    backend: &B,
     opts: &TuneOptions,
 ) -> Result<Vec<TuneReport>, TuneError> {
-    let threads = target.threads();
+    let target = backend.target();
     let opts = TuneOptions {
-        threads,
+        threads: target.threads(),
         ..opts.clone()
     };
-    let mopts = MeasureOptions {
-        threads,
-        seed: opts.seed,
-        ..tuning_measure_options()
-    };
-    let mut measurer = CpuMeasurer::new(mopts.clone());
+    let mut measurer = backend.measurer(Purpose::Tuning, opts.seed);
     let mut db = match &opts.db {
         Some(p) => Some(Database::open(p)?),
         None => None,
@@ -192,7 +189,13 @@ pub fn tune_dags(
         .collect();
     let start = Instant::now();
     let summary = {
-        let mut tuner = Tuner::new(opts.clone(), &mut measurer, db.as_mut(), Box::new(model));
+        let mut tuner = Tuner::new(
+            opts.clone(),
+            measurer.as_mut(),
+            db.as_mut(),
+            Box::new(model),
+        )
+        .for_target(target, backend.rules());
         if opts.quiet {
             tuner.run(inputs, &mut Silent)?
         } else {
@@ -204,14 +207,15 @@ pub fn tune_dags(
             s
         }
     };
-    let target_key = target.key();
+    drop(measurer);
+    let target_key = backend.target_key().to_string();
     let mut reports = Vec::new();
     for ((_, dag, _), t) in tasks.iter().zip(&summary.tasks) {
         let tuning_latency = t.best.as_ref().map(|b| b.latency_s);
         let mut best_latency = tuning_latency;
         let mut best_trace = t.best.as_ref().map(|b| b.state.trace().to_json());
         if opts.remeasure_top > 0 {
-            if let Some((l, trace)) = remeasure(dag, t, &opts, &mopts, db.as_ref(), &target_key) {
+            if let Some((l, trace)) = remeasure(backend, dag, t, &opts, db.as_ref(), &target_key) {
                 best_latency = Some(l);
                 best_trace = Some(trace);
             }
@@ -241,25 +245,14 @@ pub fn tune_dags(
     Ok(reports)
 }
 
-/// Measurement settings for tuning: shorter timings than a benchmark's (the final
-/// re-measurement uses the full ones).
-pub fn tuning_measure_options() -> MeasureOptions {
-    MeasureOptions {
-        repeat: 3,
-        min_repeat_ms: 20.0,
-        timeout: Duration::from_secs(10),
-        ..MeasureOptions::default()
-    }
-}
-
 /// Re-measures the best few programs of a task (from the database when there is one, so
-/// resumed records count), interleaved over three rounds, each candidate in a fresh forked
-/// child; returns the best re-measured median and its trace.
-fn remeasure(
+/// resumed records count), interleaved over three rounds (on the CPU, each candidate in a
+/// fresh forked child); returns the best re-measured median and its trace.
+fn remeasure<B: Backend>(
+    backend: &B,
     dag: &ComputeDag,
     t: &tensortune_tuner::tuning::TaskReport,
     opts: &TuneOptions,
-    mopts: &MeasureOptions,
     db: Option<&Database>,
     target: &str,
 ) -> Option<(f64, String)> {
@@ -274,26 +267,11 @@ fn remeasure(
     if states.is_empty() {
         states.push(t.best.as_ref()?.state.clone());
     }
-    let (states, kernels): (Vec<State>, Vec<Kernel>) = states
-        .into_iter()
-        .filter_map(|s| {
-            Kernel::from_state(&s, &CodegenOptions::default())
-                .ok()
-                .map(|k| (s, k))
-        })
-        .unzip();
-    if kernels.is_empty() {
-        return None;
-    }
-    let mut m = CpuMeasurer::new(MeasureOptions {
-        repeat: 5,
-        min_repeat_ms: 100.0,
-        ..mopts.clone()
-    });
-    let mut per: Vec<Vec<f64>> = vec![Vec::new(); kernels.len()];
+    let mut m = backend.measurer(Purpose::Final, opts.seed);
+    let mut per: Vec<Vec<f64>> = vec![Vec::new(); states.len()];
     for _round in 0..3 {
-        for (i, k) in kernels.iter().enumerate() {
-            if let Some(Ok(tm)) = m.measure_kernels(dag, std::slice::from_ref(k)).pop() {
+        for (i, s) in states.iter().enumerate() {
+            if let Some(Ok(tm)) = m.measure(dag, std::slice::from_ref(s)).pop() {
                 per[i].push(tm.median_s);
             }
         }

@@ -5,7 +5,8 @@
 //! - [`te`] and [`dag`]: tensor expressions and the validated compute DAG;
 //! - [`ops`]: the op library and workload specs;
 //! - [`ir`]: the loop IR and its printer;
-//! - [`data`]: host tensors for the references.
+//! - [`data`]: host tensors for the references;
+//! - [`target`]: target keys and the plain-data description of a machine the search reads.
 pub mod dag;
 pub mod data;
 pub mod expr;
@@ -22,6 +23,7 @@ pub mod random;
 pub mod scalar;
 pub mod schedule;
 pub mod simplify;
+pub mod target;
 pub mod text;
 pub mod trace;
 pub mod verify;

@@ -63,44 +63,40 @@ use rust_module::{KernelDesc, ModuleDesc};
 use std::path::{Path, PathBuf};
 use tensortune_records::Database;
 use tensortune_schedules::ops::WorkloadSpec;
+use tensortune_schedules::target::{TargetKey, TargetKeyError, TargetKind};
 
 /// The C symbol of a workload's kernel: `tt_` and the workload's identifier.
 pub fn symbol_name(spec: &WorkloadSpec) -> String {
     format!("tt_{}", spec.ident())
 }
 
-/// The thread count a target key states (`-threads=N`; 1 where it says nothing).
+/// The thread count a target key states (`-threads=N`; 1 where it says nothing or does not
+/// parse).
 pub fn key_threads(key: &str) -> usize {
-    key.split_whitespace()
-        .find_map(|p| p.strip_prefix("-threads="))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1)
-}
-
-/// The key without its thread count: what names the CPU.
-fn cpu_part(key: &str) -> String {
-    key.split_whitespace()
-        .filter(|p| !p.starts_with("-threads="))
-        .collect::<Vec<_>>()
-        .join(" ")
+    key.parse::<TargetKey>().map(|k| k.threads()).unwrap_or(1)
 }
 
 /// Checks that code for `key` can be generated here, i.e. that it names this CPU.
 pub fn check_target(key: &str) -> Result<(), ReuseError> {
-    let host = HostTarget::host().key(1);
-    if !key.starts_with("llvm") {
+    let parsed: TargetKey = key
+        .parse()
+        .map_err(|e: TargetKeyError| ReuseError::Target {
+            target: key.into(),
+            reason: e.to_string(),
+        })?;
+    if parsed.kind() != TargetKind::Cpu {
         return Err(ReuseError::Target {
             target: key.into(),
             reason: "only `llvm` (CPU) targets can be built ahead of time".into(),
         });
     }
-    if cpu_part(key) != cpu_part(&host) {
+    let host = HostTarget::host().target_key(1).machine();
+    if parsed.machine() != host {
         return Err(ReuseError::Target {
             target: key.into(),
             reason: format!(
-                "code is generated for the CPU the build runs on, `{}`; building for another \
-                 CPU is not supported",
-                cpu_part(&host)
+                "code is generated for the CPU the build runs on, `{host}`; building for \
+                 another CPU is not supported"
             ),
         });
     }

@@ -282,7 +282,7 @@ pub fn merge(args: &MergeArgs, out: &mut dyn Write, err: &mut dyn Write) -> Resu
     let report = db.merge_from(&args.sources, &SchedulesValidator)?;
     for r in &report.rejected {
         // Best effort, like import's report of bad lines: stderr going away is not an error.
-        let _ = writeln!(err, "tensortune: skipped {r}");
+        let _ = writeln!(err, "{r}");
     }
     let mut text = String::new();
     for (path, read, added) in &report.sources {

@@ -185,15 +185,15 @@ fn read_inputs(kernel: &Kernel, paths: &[PathBuf]) -> Result<Vec<NdData>, CliErr
         let bad = |e: String| CliError::Usage(format!("{}: {e}", path.display()));
         let (shape, data) = match p.dtype {
             DType::F32 => {
-                let a: ArrayD<f32> = ndarray_npy::read_npy(path).map_err(|e| bad(e.to_string()))?;
+                let a: ArrayD<f32> = crate::npy::read(path).map_err(|e| bad(e.to_string()))?;
                 (a.shape().to_vec(), Data::F32(a.iter().copied().collect()))
             }
             DType::F64 => {
-                let a: ArrayD<f64> = ndarray_npy::read_npy(path).map_err(|e| bad(e.to_string()))?;
+                let a: ArrayD<f64> = crate::npy::read(path).map_err(|e| bad(e.to_string()))?;
                 (a.shape().to_vec(), Data::F64(a.iter().copied().collect()))
             }
             DType::I32 => {
-                let a: ArrayD<i32> = ndarray_npy::read_npy(path).map_err(|e| bad(e.to_string()))?;
+                let a: ArrayD<i32> = crate::npy::read(path).map_err(|e| bad(e.to_string()))?;
                 (a.shape().to_vec(), Data::I32(a.iter().copied().collect()))
             }
             d => {

@@ -1,6 +1,7 @@
 //! The host CPU as LLVM sees it.
 
 use std::sync::OnceLock;
+use tensortune_schedules::target::{CacheSizes, CpuDesc, TargetDesc, TargetKey};
 
 /// The host CPU: triple, LLVM CPU name and feature string, and the vector width codegen uses.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -58,6 +59,11 @@ impl HostTarget {
     /// `llvm -mcpu=znver4 -mattr=+avx2,+avx512f,+fma -threads=1`: the CPU name, the enabled
     /// SIMD features that change generated code, and the thread count.
     pub fn key(&self, threads: usize) -> String {
+        self.target_key(threads).to_string()
+    }
+
+    /// [`HostTarget::key`], parsed.
+    pub fn target_key(&self, threads: usize) -> TargetKey {
         const KEY_FEATURES: [&str; 8] = [
             "avx",
             "avx2",
@@ -73,11 +79,72 @@ impl HostTarget {
             .filter(|f| self.has_feature(f))
             .map(|f| format!("+{f}"))
             .collect();
-        format!(
-            "llvm -mcpu={} -mattr={} -threads={}",
-            self.cpu,
-            attrs.join(","),
-            threads.max(1)
-        )
+        TargetKey::llvm(&self.cpu, attrs, threads)
+    }
+
+    /// What the search reads about this CPU with `threads` threads: its vector width and,
+    /// where Linux reports them, its cache sizes.
+    pub fn desc(&self, threads: usize) -> TargetDesc {
+        TargetDesc::Cpu(CpuDesc {
+            vector_bits: self.vector_bits,
+            threads: threads.max(1),
+            caches: *host_caches(),
+        })
+    }
+}
+
+/// The data cache sizes of CPU 0 from Linux's sysfs (unknown elsewhere; read once).
+fn host_caches() -> &'static CacheSizes {
+    static CACHES: OnceLock<CacheSizes> = OnceLock::new();
+    CACHES.get_or_init(|| {
+        let mut c = CacheSizes::default();
+        for i in 0..8 {
+            let dir = format!("/sys/devices/system/cpu/cpu0/cache/index{i}");
+            let read = |f: &str| std::fs::read_to_string(format!("{dir}/{f}")).ok();
+            let (Some(level), Some(kind), Some(size)) = (read("level"), read("type"), read("size"))
+            else {
+                continue;
+            };
+            let Some(bytes) = parse_cache_size(size.trim()) else {
+                continue;
+            };
+            match (level.trim(), kind.trim()) {
+                ("1", "Data") => c.l1d = Some(bytes),
+                ("2", "Unified" | "Data") => c.l2 = Some(bytes),
+                ("3", "Unified") => c.l3 = Some(bytes),
+                _ => {}
+            }
+        }
+        c
+    })
+}
+
+/// Parses sysfs's `48K`, `1024K`, `32M`.
+fn parse_cache_size(s: &str) -> Option<u64> {
+    let (digits, unit) = match s.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => s.split_at(i),
+        None => (s, ""),
+    };
+    let n: u64 = digits.parse().ok()?;
+    match unit {
+        "" => Some(n),
+        "K" => n.checked_mul(1 << 10),
+        "M" => n.checked_mul(1 << 20),
+        "G" => n.checked_mul(1 << 30),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cache_sizes_parse() {
+        assert_eq!(parse_cache_size("48K"), Some(48 << 10));
+        assert_eq!(parse_cache_size("32M"), Some(32 << 20));
+        assert_eq!(parse_cache_size("512"), Some(512));
+        assert_eq!(parse_cache_size("12X"), None);
+        assert_eq!(parse_cache_size(""), None);
     }
 }

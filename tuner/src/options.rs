@@ -42,8 +42,6 @@ pub struct TuneOptions {
     pub init_from_records: f64,
     /// Fraction of each measured batch picked at random rather than by the model (Ansor: 0.05).
     pub eps_greedy: f64,
-    /// Most SIMD lanes of a vectorized loop (16 = one AVX-512 register of f32).
-    pub max_vector_lanes: i64,
     /// Values the `auto_unroll_max_step` pragma takes (Ansor's CPU set).
     pub unroll_steps: Vec<u32>,
     /// Records measured before the learned model replaces the random one (Ansor waits for
@@ -115,7 +113,6 @@ impl Default for TuneOptions {
             mutation_weights: MutationWeights::default(),
             init_from_records: 0.2,
             eps_greedy: 0.05,
-            max_vector_lanes: 16,
             unroll_steps: vec![0, 16, 64, 512],
             model_warmup: 64,
             imperfect_tile_prob: 0.1,

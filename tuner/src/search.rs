@@ -16,12 +16,14 @@
 
 use crate::mutate::mutate;
 use crate::options::TuneOptions;
+use crate::sketch::rules::SketchRule;
 use crate::sketch::sample::sample;
 use crate::sketch::Sketch;
 use rand::Rng;
 use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use tensortune_schedules::schedule::State;
+use tensortune_schedules::target::TargetDesc;
 use tensortune_schedules::ComputeDag;
 
 /// A program of the search space.
@@ -78,9 +80,20 @@ pub struct SearchSpace {
 }
 
 impl SearchSpace {
-    /// The CPU search space of a DAG.
+    /// The search space of a DAG on the CPU [`crate::sketch::rules::generate`] assumes.
     pub fn new(dag: ComputeDag, opts: &TuneOptions) -> SearchSpace {
         let sketches = crate::sketch::rules::generate(&dag, opts);
+        SearchSpace { dag, sketches }
+    }
+
+    /// The search space `rules` make of a DAG on `target`.
+    pub fn for_target(
+        dag: ComputeDag,
+        opts: &TuneOptions,
+        target: &TargetDesc,
+        rules: &[Box<dyn SketchRule>],
+    ) -> SearchSpace {
+        let sketches = crate::sketch::rules::generate_for(&dag, opts, target, rules);
         SearchSpace { dag, sketches }
     }
 

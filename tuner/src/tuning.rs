@@ -16,6 +16,7 @@ use crate::measure::{MeasureErrorKind, MeasureResult, Measurer};
 use crate::options::TuneOptions;
 use crate::scheduler::{next_task_by, TaskStatus};
 use crate::search::{fingerprint, program_fingerprint, Candidate, Scorer, SearchSpace};
+use crate::sketch::rules::{cpu_rules, default_target, SketchRule};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
@@ -27,6 +28,7 @@ use tensortune_records::{
 };
 use tensortune_schedules::lower::lower;
 use tensortune_schedules::schedule::State;
+use tensortune_schedules::target::TargetDesc;
 use tensortune_schedules::trace::Trace;
 use tensortune_schedules::ComputeDag;
 
@@ -141,6 +143,77 @@ pub trait Observer {
 pub struct Silent;
 impl Observer for Silent {}
 
+/// One measured batch, as a [`MeasureCallback`] sees it.
+pub struct MeasuredBatch<'a> {
+    /// The task's workload key.
+    pub key: &'a str,
+    /// The target key the results are filed under.
+    pub target: &'a str,
+    /// The programs measured, in order.
+    pub candidates: &'a [Candidate],
+    /// One result per program.
+    pub results: &'a [MeasureResult],
+}
+
+/// A hook run after every measured batch, once the run has recorded it and before the model
+/// learns from it (like MetaSchedule's `MeasureCallback`): logging, extra bookkeeping, a
+/// second database. It cannot change the run.
+pub trait MeasureCallback {
+    /// Called with each batch.
+    fn measured(&mut self, batch: &MeasuredBatch<'_>);
+}
+
+/// A measured program as the records database takes it: what [`NewRecord`]'s `From` reads.
+pub struct Measured<'a> {
+    /// The workload.
+    pub workload: &'a Workload,
+    /// The target key.
+    pub target: &'a str,
+    /// The program.
+    pub state: &'a State,
+    /// Its result.
+    pub result: &'a MeasureResult,
+}
+
+impl From<Measured<'_>> for NewRecord {
+    fn from(m: Measured<'_>) -> NewRecord {
+        let json = m.state.trace().to_json();
+        match m.result {
+            Ok(tm) => {
+                // The extremes include the median: a cut-short timing has one repeat.
+                let min = tm.repeats.iter().copied().fold(tm.median_s, f64::min);
+                let max = tm.repeats.iter().copied().fold(tm.median_s, f64::max);
+                let timing = Timing {
+                    median_s: tm.median_s,
+                    min_s: min,
+                    max_s: max,
+                    repeats: tm.repeats.len().max(1) as u32,
+                };
+                NewRecord::measured(m.workload.clone(), m.target, json, timing)
+            }
+            Err(e) => NewRecord::failed(
+                m.workload.clone(),
+                m.target,
+                json,
+                e.kind.into(),
+                e.message.clone(),
+            ),
+        }
+    }
+}
+
+impl From<MeasureErrorKind> for ErrorKind {
+    fn from(k: MeasureErrorKind) -> ErrorKind {
+        match k {
+            MeasureErrorKind::Lower | MeasureErrorKind::Compile => ErrorKind::Compile,
+            MeasureErrorKind::Runtime => ErrorKind::Runtime,
+            MeasureErrorKind::Timeout => ErrorKind::Timeout,
+            MeasureErrorKind::WrongResult => ErrorKind::WrongResult,
+            MeasureErrorKind::Internal => ErrorKind::Other,
+        }
+    }
+}
+
 /// Why a run failed (a failed candidate is not a run failure).
 #[derive(Debug, thiserror::Error)]
 pub enum TuneError {
@@ -164,6 +237,59 @@ struct Task {
     report: TaskReport,
     status: TaskStatus,
     since_improvement: usize,
+}
+
+impl Task {
+    fn new(input: TaskInput, space: SearchSpace) -> Task {
+        let flops = input.dag.flops();
+        Task {
+            report: TaskReport {
+                key: input.key.clone(),
+                flops,
+                best: None,
+                trials: 0,
+                errors: 0,
+                cut_short: 0,
+                resumed: 0,
+                curve: Vec::new(),
+            },
+            status: TaskStatus {
+                weight: input.weight,
+                history: Vec::new(),
+                trials: 0,
+                last_round: 0,
+                done: false,
+            },
+            space,
+            flops,
+            measured: HashSet::new(),
+            good: Vec::new(),
+            since_improvement: 0,
+            input,
+        }
+    }
+
+    /// Marks a program measured, so the search never proposes it again.
+    fn mark_measured(&mut self, state: &State) {
+        self.measured.insert(fingerprint(state));
+        self.measured.extend(program_fingerprint(state));
+    }
+
+    /// Takes a measured latency into the best; true if it is the new best.
+    fn offer_best(&mut self, state: &State, latency_s: f64) -> bool {
+        let better = self
+            .report
+            .best
+            .as_ref()
+            .is_none_or(|b| latency_s < b.latency_s);
+        if better {
+            self.report.best = Some(Best {
+                state: state.clone(),
+                latency_s,
+            });
+        }
+        better
+    }
 }
 
 /// Scores states with a cost model: lowered and featurized in parallel, then predicted.
@@ -200,25 +326,32 @@ pub struct Tuner<'a> {
     measurer: &'a mut dyn Measurer,
     db: Option<&'a mut Database>,
     model: Box<dyn CostModel>,
+    /// The machine the sketches are made for.
+    target: TargetDesc,
+    /// The sketch rules of that machine.
+    rules: Vec<Box<dyn SketchRule>>,
+    callbacks: Vec<Box<dyn MeasureCallback>>,
     /// Samples of resumed records, given to the model before the first round.
     resumed: Vec<Sample>,
     trained_on: usize,
 }
 
-fn error_kind(k: MeasureErrorKind) -> ErrorKind {
-    match k {
-        MeasureErrorKind::Lower | MeasureErrorKind::Compile => ErrorKind::Compile,
-        MeasureErrorKind::Runtime => ErrorKind::Runtime,
-        MeasureErrorKind::Timeout => ErrorKind::Timeout,
-        MeasureErrorKind::WrongResult => ErrorKind::WrongResult,
-        MeasureErrorKind::Internal => ErrorKind::Other,
-    }
+/// What a run keeps across its rounds besides the tasks.
+struct RunState {
+    start: Instant,
+    phases: PhaseTimes,
+    run: Option<RunId>,
+    target: String,
+    rng: ChaCha8Rng,
+    done_trials: usize,
 }
 
 impl<'a> Tuner<'a> {
     /// A run measuring through `measurer`, ranking with `model`, recording into `db` when
     /// given. The model receives each batch's samples once (it keeps what it learned; a
     /// learned model ranks at random until it has enough samples: see its warm-up option).
+    /// Sketches are made by the CPU rules for the CPU [`default_target`] describes, unless
+    /// [`Tuner::for_target`] says otherwise.
     pub fn new(
         opts: TuneOptions,
         measurer: &'a mut dyn Measurer,
@@ -226,13 +359,29 @@ impl<'a> Tuner<'a> {
         model: Box<dyn CostModel>,
     ) -> Tuner<'a> {
         Tuner {
+            target: default_target(&opts),
+            rules: cpu_rules(),
             opts,
             measurer,
             db,
             model,
+            callbacks: Vec::new(),
             resumed: Vec::new(),
             trained_on: 0,
         }
+    }
+
+    /// Makes sketches for `target` with `rules` (a backend's).
+    pub fn for_target(mut self, target: TargetDesc, rules: Vec<Box<dyn SketchRule>>) -> Tuner<'a> {
+        self.target = target;
+        self.rules = rules;
+        self
+    }
+
+    /// Adds a hook run after every measured batch.
+    pub fn with_callback(mut self, callback: Box<dyn MeasureCallback>) -> Tuner<'a> {
+        self.callbacks.push(callback);
+        self
     }
 
     fn sample_of(key: &str, flops: f64, state: &State, latency: Option<f64>) -> Option<Sample> {
@@ -248,92 +397,63 @@ impl<'a> Tuner<'a> {
     }
 
     fn new_task(&mut self, input: TaskInput, target: &str) -> Result<Task, TuneError> {
-        let space = SearchSpace::new(input.dag.clone(), &self.opts);
+        let space =
+            SearchSpace::for_target(input.dag.clone(), &self.opts, &self.target, &self.rules);
         if space.sketches.is_empty() {
             return Err(TuneError::NoSketch(input.key.clone()));
         }
-        let flops = input.dag.flops();
-        let mut task = Task {
-            report: TaskReport {
-                key: input.key.clone(),
-                flops,
-                best: None,
-                trials: 0,
-                errors: 0,
-                cut_short: 0,
-                resumed: 0,
-                curve: Vec::new(),
-            },
-            status: TaskStatus {
-                weight: input.weight,
-                history: Vec::new(),
-                trials: 0,
-                last_round: 0,
-                done: false,
-            },
-            space,
-            flops,
-            measured: HashSet::new(),
-            good: Vec::new(),
-            since_improvement: 0,
-            input,
-        };
-        // Resume from the records of this workload and target.
+        let mut task = Task::new(input, space);
         if let Some(db) = self.db.as_deref() {
-            for r in db.records(&task.input.key, target)? {
-                // A failure of kind `other` (out of memory, the measurer itself, a stored time
-                // out of range) says nothing about the program: a resumed run may try it again.
-                if matches!(
-                    r.outcome,
-                    tensortune_records::Outcome::Failed {
-                        kind: ErrorKind::Other,
-                        ..
-                    }
-                ) {
-                    continue;
-                }
-                let Ok(trace) = Trace::from_json(&r.trace_json) else {
-                    continue;
-                };
-                let Ok(state) = trace.replay(&task.input.dag) else {
-                    continue;
-                };
-                task.measured.insert(fingerprint(&state));
-                task.measured.extend(program_fingerprint(&state));
-                task.report.resumed += 1;
-                let latency = r.outcome.timing().map(|t| t.median_s);
-                // Cut-short records (timed once) are trained on too (see the retraining).
-                if let Some(s) = Self::sample_of(&task.input.key, flops, &state, latency) {
-                    self.resumed.push(s);
-                }
-                if let Some(l) = latency {
-                    if let Some(c) = task.space.from_state(&state) {
-                        task.good.push((l, c));
-                    }
-                    if task
-                        .report
-                        .best
-                        .as_ref()
-                        .map(|b| l < b.latency_s)
-                        .unwrap_or(true)
-                    {
-                        task.report.best = Some(Best {
-                            state,
-                            latency_s: l,
-                        });
-                    }
-                }
-            }
-            if let Some(b) = &task.report.best {
-                task.status.history.push(b.latency_s);
-                task.status.trials = task.report.resumed;
-                task.status.last_round = task.report.resumed;
-            }
+            let records = db.records(&task.input.key, target)?;
+            self.resume(&mut task, &records);
         }
         Ok(task)
     }
 
-    /// Tunes the tasks; see the module doc.
+    /// Resumes from the records of this workload and target: they are never measured again,
+    /// the successful ones seed the search, and all are trained on before the first round.
+    fn resume(&mut self, task: &mut Task, records: &[tensortune_records::Record]) {
+        for r in records {
+            // A failure of kind `other` (out of memory, the measurer itself, a stored time out
+            // of range) says nothing about the program: a resumed run may try it again.
+            if matches!(
+                r.outcome,
+                tensortune_records::Outcome::Failed {
+                    kind: ErrorKind::Other,
+                    ..
+                }
+            ) {
+                continue;
+            }
+            let Ok(trace) = Trace::from_json(&r.trace_json) else {
+                continue;
+            };
+            let Ok(state) = trace.replay(&task.input.dag) else {
+                continue;
+            };
+            task.mark_measured(&state);
+            task.report.resumed += 1;
+            let latency = r.outcome.timing().map(|t| t.median_s);
+            // Cut-short records (timed once) are trained on too (see the retraining).
+            if let Some(s) = Self::sample_of(&task.input.key, task.flops, &state, latency) {
+                self.resumed.push(s);
+            }
+            if let Some(l) = latency {
+                if let Some(c) = task.space.from_state(&state) {
+                    task.good.push((l, c));
+                }
+                task.offer_best(&state, l);
+            }
+        }
+        if let Some(b) = &task.report.best {
+            task.status.history.push(b.latency_s);
+            task.status.trials = task.report.resumed;
+            task.status.last_round = task.report.resumed;
+        }
+    }
+
+    /// Tunes the tasks; see the module doc. Each round is the phases [`Tuner::propose`],
+    /// measure, record, learn and report.
     pub fn run(
         &mut self,
         inputs: Vec<TaskInput>,
@@ -342,38 +462,19 @@ impl<'a> Tuner<'a> {
         if inputs.is_empty() {
             return Err(TuneError::NoTasks);
         }
-        let start = Instant::now();
         let stats0 = self.measurer.stats();
-        let mut phases = PhaseTimes::default();
-        let target = self.measurer.target_key();
+        let mut rs = self.begin();
         let mut tasks = Vec::new();
         for i in inputs {
-            tasks.push(self.new_task(i, &target)?);
+            tasks.push(self.new_task(i, &rs.target)?);
         }
-        let run = match self.db.as_deref_mut() {
-            Some(db) => Some(db.begin_run(&NewRun {
-                tool_version: format!("tensortune {}", env!("CARGO_PKG_VERSION")),
-                target: target.clone(),
-                seed: Some(self.opts.seed),
-                options: serde_json::to_string(&self.opts).unwrap_or_default(),
-            })?),
-            None => None,
-        };
-        if !self.resumed.is_empty() {
-            let t = Instant::now();
-            let resumed = std::mem::take(&mut self.resumed);
-            if self.model.update(&resumed).is_ok() {
-                self.trained_on += resumed.len();
-            }
-            phases.model_s += t.elapsed().as_secs_f64();
-        }
-        let mut rng = ChaCha8Rng::seed_from_u64(self.opts.seed);
-        let mut done_trials = 0;
-        while done_trials < self.opts.trials {
+        rs.run = self.begin_run(&rs.target)?;
+        self.learn_resumed(&mut rs.phases);
+        while rs.done_trials < self.opts.trials {
             if self
                 .opts
                 .time_budget_s
-                .is_some_and(|b| start.elapsed().as_secs_f64() >= b)
+                .is_some_and(|b| rs.start.elapsed().as_secs_f64() >= b)
             {
                 break;
             }
@@ -381,205 +482,263 @@ impl<'a> Tuner<'a> {
             let Some(ti) = next_task_by(&statuses, self.opts.task_scheduler) else {
                 break;
             };
-            let n = self
-                .opts
-                .batch_size
-                .min(self.opts.trials - done_trials)
-                .max(1);
-            let task = &mut tasks[ti];
+            self.round(&mut tasks[ti], &mut rs, observer)?;
+        }
+        self.finish(tasks, rs, stats0)
+    }
 
-            // Search.
-            let t = Instant::now();
-            task.good.sort_by(|a, b| a.0.total_cmp(&b.0));
-            let seeds: Vec<Candidate> = task
-                .good
-                .iter()
-                .take(self.opts.population / 5 + 1)
-                .map(|(_, c)| c.clone())
-                .collect();
-            let mut scorer = ModelScorer {
-                model: self.model.as_ref(),
-            };
-            // A model that has learnt nothing yet ranks no better than chance: evolving a
-            // population by its scores would only cost time, so the batch is a random sample
-            // (drawn from 4n programs, so that repeats and measured ones still leave n).
-            let uninformed;
-            let search_opts = if self.model.is_informed() {
-                &self.opts
-            } else {
-                uninformed = TuneOptions {
-                    population: (4 * n).min(self.opts.population.max(n)),
-                    generations: 1,
-                    ..self.opts.clone()
-                };
-                &uninformed
-            };
-            let batch = task.space.propose(
-                &mut scorer,
-                &task.measured,
-                &seeds,
-                n,
-                search_opts,
-                &mut rng,
-            );
-            phases.search_s += t.elapsed().as_secs_f64();
-            if batch.is_empty() {
-                task.status.done = true;
-                continue;
-            }
+    /// The run's clock, seed and target key.
+    fn begin(&self) -> RunState {
+        RunState {
+            start: Instant::now(),
+            phases: PhaseTimes::default(),
+            run: None,
+            target: self.measurer.target_key(),
+            rng: ChaCha8Rng::seed_from_u64(self.opts.seed),
+            done_trials: 0,
+        }
+    }
 
-            // Measure.
-            let t = Instant::now();
-            let states: Vec<State> = batch.iter().map(|c| c.state.clone()).collect();
-            let best = task.report.best.as_ref().map(|b| b.latency_s);
-            self.measurer.set_cutoff(best, self.opts.hopeless_factor);
-            let results: Vec<MeasureResult> = self.measurer.measure(&task.input.dag, &states);
-            phases.measure_s += t.elapsed().as_secs_f64();
+    /// Opens the records run, when there is a database.
+    fn begin_run(&mut self, target: &str) -> Result<Option<RunId>, TuneError> {
+        let Some(db) = self.db.as_deref_mut() else {
+            return Ok(None);
+        };
+        Ok(Some(db.begin_run(&NewRun {
+            tool_version: format!("tensortune {}", env!("CARGO_PKG_VERSION")),
+            target: target.to_string(),
+            seed: Some(self.opts.seed),
+            options: serde_json::to_string(&self.opts).unwrap_or_default(),
+        })?))
+    }
 
-            // Record, in one transaction.
-            let t = Instant::now();
-            let workload = Workload::new(task.input.key.clone(), task.flops);
-            let mut rows = Vec::with_capacity(batch.len());
-            let mut errors = 0;
-            let mut improved = false;
-            for (c, r) in batch.iter().zip(&results) {
-                task.measured.insert(fingerprint(&c.state));
-                task.measured.extend(program_fingerprint(&c.state));
-                let json = c.state.trace().to_json();
-                match r {
-                    Ok(tm) => {
-                        task.report.cut_short += tm.cut_short as usize;
-                        let min = tm
-                            .repeats
-                            .iter()
-                            .copied()
-                            .fold(f64::INFINITY, f64::min)
-                            .min(tm.median_s);
-                        let max = tm
-                            .repeats
-                            .iter()
-                            .copied()
-                            .fold(0.0, f64::max)
-                            .max(tm.median_s);
-                        rows.push(NewRecord::measured(
-                            workload.clone(),
-                            &target,
-                            json,
-                            Timing {
-                                median_s: tm.median_s,
-                                min_s: min,
-                                max_s: max,
-                                repeats: tm.repeats.len().max(1) as u32,
-                            },
-                        ));
-                        task.good.push((tm.median_s, c.clone()));
-                        if task
-                            .report
-                            .best
-                            .as_ref()
-                            .map(|b| tm.median_s < b.latency_s)
-                            .unwrap_or(true)
-                        {
-                            task.report.best = Some(Best {
-                                state: c.state.clone(),
-                                latency_s: tm.median_s,
-                            });
-                            improved = true;
-                        }
-                    }
-                    Err(e) => {
-                        errors += 1;
-                        rows.push(NewRecord::failed(
-                            workload.clone(),
-                            &target,
-                            json,
-                            error_kind(e.kind),
-                            e.message.clone(),
-                        ));
-                    }
-                }
-            }
-            if let Some(db) = self.db.as_deref_mut() {
-                db.insert_batch(run, &rows)?;
-            }
-            phases.records_s += t.elapsed().as_secs_f64();
+    /// Trains the model on the resumed records before the first round.
+    fn learn_resumed(&mut self, phases: &mut PhaseTimes) {
+        if self.resumed.is_empty() {
+            return;
+        }
+        let t = Instant::now();
+        let resumed = std::mem::take(&mut self.resumed);
+        if self.model.update(&resumed).is_ok() {
+            self.trained_on += resumed.len();
+        }
+        phases.model_s += t.elapsed().as_secs_f64();
+    }
 
-            // Retrain, unless this was the budget's last batch: no search would use the model
-            // (at 256 trials, the last training is the longest of four).
-            let t = Instant::now();
-            // Cut-short programs are trained on too, with their one (or cut-off) time: that time
-            // is only rough, but it is several times the best, which is what the model must
-            // learn of them. Left out, a workload where most random programs are hopeless
-            // (matmul 1024^3: 217 of 256) never gives the model its warm-up samples, and the
-            // search stays random.
-            if done_trials + batch.len() < self.opts.trials {
-                let new: Vec<Sample> = batch
-                    .par_iter()
-                    .zip(&results)
-                    .filter_map(|(c, r)| {
-                        Self::sample_of(
-                            &task.input.key,
-                            task.flops,
-                            &c.state,
-                            r.as_ref().ok().map(|t| t.median_s),
-                        )
-                    })
-                    .collect();
-                // A model that cannot learn from a batch (all failed, say) keeps ranking as
-                // before.
-                if self.model.update(&new).is_ok() {
-                    self.trained_on += new.len();
-                }
-            }
-            phases.model_s += t.elapsed().as_secs_f64();
-
-            done_trials += batch.len();
-            task.report.trials += batch.len();
-            task.report.errors += errors;
-            task.status.trials += batch.len();
-            task.status.last_round = batch.len();
-            let best = task
-                .report
-                .best
-                .as_ref()
-                .map(|b| b.latency_s)
-                .unwrap_or(f64::INFINITY);
-            task.status.history.push(best);
-            task.report.curve.push((task.report.trials, best));
-            task.since_improvement = if improved {
-                0
-            } else {
-                task.since_improvement + batch.len()
-            };
-            if self
-                .opts
-                .early_stop
-                .is_some_and(|e| task.since_improvement >= e)
-            {
-                task.status.done = true;
-            }
-            observer.round(&RoundInfo {
-                key: task.input.key.clone(),
-                trials_done: done_trials,
-                trials_total: self.opts.trials,
-                best_gflops: task.report.best_gflops(),
-                errors,
-                elapsed_s: start.elapsed().as_secs_f64(),
+    /// One round of one task: propose, measure, record, learn, report.
+    fn round(
+        &mut self,
+        task: &mut Task,
+        rs: &mut RunState,
+        observer: &mut dyn Observer,
+    ) -> Result<(), TuneError> {
+        let n = self
+            .opts
+            .batch_size
+            .min(self.opts.trials - rs.done_trials)
+            .max(1);
+        let t = Instant::now();
+        let batch = self.propose(task, n, &mut rs.rng);
+        rs.phases.search_s += t.elapsed().as_secs_f64();
+        if batch.is_empty() {
+            task.status.done = true;
+            return Ok(());
+        }
+        let t = Instant::now();
+        let results = self.measure(task, &batch);
+        rs.phases.measure_s += t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        let (errors, improved) = self.record(task, rs, &batch, &results)?;
+        rs.phases.records_s += t.elapsed().as_secs_f64();
+        for c in &mut self.callbacks {
+            c.measured(&MeasuredBatch {
+                key: &task.input.key,
+                target: &rs.target,
+                candidates: &batch,
+                results: &results,
             });
         }
-        if let (Some(db), Some(r)) = (self.db.as_deref_mut(), run) {
+        let t = Instant::now();
+        self.learn(task, rs.done_trials, &batch, &results);
+        rs.phases.model_s += t.elapsed().as_secs_f64();
+        rs.done_trials += batch.len();
+        self.report(task, rs, batch.len(), errors, improved, observer);
+        Ok(())
+    }
+
+    /// Propose: up to `n` new programs of the task, ranked by the model and seeded with the
+    /// best measured ones.
+    fn propose(&mut self, task: &mut Task, n: usize, rng: &mut ChaCha8Rng) -> Vec<Candidate> {
+        task.good.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let seeds: Vec<Candidate> = task
+            .good
+            .iter()
+            .take(self.opts.population / 5 + 1)
+            .map(|(_, c)| c.clone())
+            .collect();
+        let mut scorer = ModelScorer {
+            model: self.model.as_ref(),
+        };
+        // A model that has learnt nothing yet ranks no better than chance: evolving a
+        // population by its scores would only cost time, so the batch is a random sample
+        // (drawn from 4n programs, so that repeats and measured ones still leave n).
+        let uninformed;
+        let search_opts = if self.model.is_informed() {
+            &self.opts
+        } else {
+            uninformed = TuneOptions {
+                population: (4 * n).min(self.opts.population.max(n)),
+                generations: 1,
+                ..self.opts.clone()
+            };
+            &uninformed
+        };
+        task.space
+            .propose(&mut scorer, &task.measured, &seeds, n, search_opts, rng)
+    }
+
+    /// Measure: the batch, with the hopeless cutoff at the task's best so far.
+    fn measure(&mut self, task: &Task, batch: &[Candidate]) -> Vec<MeasureResult> {
+        let states: Vec<State> = batch.iter().map(|c| c.state.clone()).collect();
+        let best = task.report.best.as_ref().map(|b| b.latency_s);
+        self.measurer.set_cutoff(best, self.opts.hopeless_factor);
+        self.measurer.measure(&task.input.dag, &states)
+    }
+
+    /// Record: the batch into the task's bookkeeping and, in one transaction, the database.
+    /// Returns the failures and whether the best improved.
+    fn record(
+        &mut self,
+        task: &mut Task,
+        rs: &RunState,
+        batch: &[Candidate],
+        results: &[MeasureResult],
+    ) -> Result<(usize, bool), TuneError> {
+        let workload = Workload::new(task.input.key.clone(), task.flops);
+        let mut rows = Vec::with_capacity(batch.len());
+        let (mut errors, mut improved) = (0, false);
+        for (c, r) in batch.iter().zip(results) {
+            task.mark_measured(&c.state);
+            rows.push(NewRecord::from(Measured {
+                workload: &workload,
+                target: &rs.target,
+                state: &c.state,
+                result: r,
+            }));
+            match r {
+                Ok(tm) => {
+                    task.report.cut_short += tm.cut_short as usize;
+                    task.good.push((tm.median_s, c.clone()));
+                    improved |= task.offer_best(&c.state, tm.median_s);
+                }
+                Err(_) => errors += 1,
+            }
+        }
+        if let Some(db) = self.db.as_deref_mut() {
+            db.insert_batch(rs.run, &rows)?;
+        }
+        Ok((errors, improved))
+    }
+
+    /// Learn: retrain on the batch, unless it is the budget's last (no search would use the
+    /// model; at 256 trials, the last training is the longest of four).
+    ///
+    /// Cut-short programs are trained on too, with their one (or cut-off) time: that time is
+    /// only rough, but it is several times the best, which is what the model must learn of
+    /// them. Left out, a workload where most random programs are hopeless (matmul 1024^3: 217
+    /// of 256) never gives the model its warm-up samples, and the search stays random.
+    fn learn(
+        &mut self,
+        task: &Task,
+        done_before: usize,
+        batch: &[Candidate],
+        results: &[MeasureResult],
+    ) {
+        if done_before + batch.len() >= self.opts.trials {
+            return;
+        }
+        let new: Vec<Sample> = batch
+            .par_iter()
+            .zip(results)
+            .filter_map(|(c, r)| {
+                Self::sample_of(
+                    &task.input.key,
+                    task.flops,
+                    &c.state,
+                    r.as_ref().ok().map(|t| t.median_s),
+                )
+            })
+            .collect();
+        // A model that cannot learn from a batch (all failed, say) keeps ranking as before.
+        if self.model.update(&new).is_ok() {
+            self.trained_on += new.len();
+        }
+    }
+
+    /// Report: the task's counts, curve, early stop, and the observer.
+    fn report(
+        &self,
+        task: &mut Task,
+        rs: &RunState,
+        measured: usize,
+        errors: usize,
+        improved: bool,
+        observer: &mut dyn Observer,
+    ) {
+        task.report.trials += measured;
+        task.report.errors += errors;
+        task.status.trials += measured;
+        task.status.last_round = measured;
+        let best = task
+            .report
+            .best
+            .as_ref()
+            .map(|b| b.latency_s)
+            .unwrap_or(f64::INFINITY);
+        task.status.history.push(best);
+        task.report.curve.push((task.report.trials, best));
+        task.since_improvement = if improved {
+            0
+        } else {
+            task.since_improvement + measured
+        };
+        if self
+            .opts
+            .early_stop
+            .is_some_and(|e| task.since_improvement >= e)
+        {
+            task.status.done = true;
+        }
+        observer.round(&RoundInfo {
+            key: task.input.key.clone(),
+            trials_done: rs.done_trials,
+            trials_total: self.opts.trials,
+            best_gflops: task.report.best_gflops(),
+            errors,
+            elapsed_s: rs.start.elapsed().as_secs_f64(),
+        });
+    }
+
+    /// Closes the records run and sums up.
+    fn finish(
+        &mut self,
+        tasks: Vec<Task>,
+        mut rs: RunState,
+        stats0: crate::measure::MeasureStats,
+    ) -> Result<TuneSummary, TuneError> {
+        if let (Some(db), Some(r)) = (self.db.as_deref_mut(), rs.run) {
             db.finish_run(r)?;
         }
-        phases.total_s = start.elapsed().as_secs_f64();
+        rs.phases.total_s = rs.start.elapsed().as_secs_f64();
         let stats = self.measurer.stats();
-        phases.compile_s = stats.compile_s - stats0.compile_s;
-        phases.run_s = stats.run_s - stats0.run_s;
-        phases.check_s = stats.check_s - stats0.check_s;
-        phases.first_run_s = stats.first_run_s - stats0.first_run_s;
+        rs.phases.compile_s = stats.compile_s - stats0.compile_s;
+        rs.phases.run_s = stats.run_s - stats0.run_s;
+        rs.phases.check_s = stats.check_s - stats0.check_s;
+        rs.phases.first_run_s = stats.first_run_s - stats0.first_run_s;
         Ok(TuneSummary {
             tasks: tasks.into_iter().map(|t| t.report).collect(),
-            phases,
-            run,
+            phases: rs.phases,
+            run: rs.run,
         })
     }
 

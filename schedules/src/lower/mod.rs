@@ -382,6 +382,51 @@ impl<'a> Lowerer<'a> {
 
         // Stages attached to this one, per leaf position; size their regions now, before this
         // stage's loads are flattened against them.
+        let attached = self.attach(p, &body, &leaf_vars)?;
+
+        let store_index = self.flatten(
+            s.tensor,
+            match &region {
+                Some(_) => local[..nsp].to_vec(),
+                None => axis_val[..nsp].to_vec(),
+            },
+        );
+        let reduce_vars: Vec<u32> = leaf_vars
+            .iter()
+            .filter(|(l, _)| s.iter(*l).kind == IterKind::Reduce)
+            .map(|(_, v)| v.var.id)
+            .collect();
+        let (init, update) = self.stores(p, &body, store_index, preds, &reduce_vars);
+
+        let kinds = loop_kinds(s, &leaf_vars, &attached)?;
+        let first_reduce = leaf_vars
+            .iter()
+            .position(|(l, _)| s.iter(*l).kind == IterKind::Reduce);
+        let mut nest = NestCtx {
+            leaf_vars: &leaf_vars,
+            kinds: &kinds,
+            attached: &attached,
+            first_reduce,
+            init,
+            update: Some(update),
+            is_reduce: &leaf_vars
+                .iter()
+                .map(|(l, _)| s.iter(*l).kind == IterKind::Reduce)
+                .collect::<Vec<_>>(),
+        };
+        self.nest(&mut nest, 0, false)
+    }
+
+    /// The stages computed at each of stage `p`'s loops, per leaf position, with their
+    /// buffers sized to the region its `body` reads inside that loop.
+    fn attach(
+        &mut self,
+        p: usize,
+        body: &Expr,
+        leaf_vars: &[(IterId, IterVar)],
+    ) -> Result<Vec<Vec<usize>>, LowerError> {
+        let st = self.state;
+        let s = &st.stages()[p];
         let mut attached: Vec<Vec<usize>> = vec![Vec::new(); s.leaves.len()];
         for (q, other) in st.stages().iter().enumerate() {
             let Location::At { tensor, iter } = other.location else {
@@ -430,19 +475,21 @@ impl<'a> Lowerer<'a> {
             attached[lp].push(q);
         }
 
+        Ok(attached)
+    }
+
+    /// The statements of stage `p`'s body: its initialization (a reduction's identity,
+    /// guarded by the predicates that do not read reduce loops) and its update, guarded.
+    fn stores(
+        &self,
+        p: usize,
+        body: &Expr,
+        store_index: Expr,
+        preds: Vec<Expr>,
+        reduce_vars: &[u32],
+    ) -> (Option<Stmt>, Stmt) {
+        let s = &self.state.stages()[p];
         let buf = self.buf_of[&s.tensor];
-        let store_index = self.flatten(
-            s.tensor,
-            match &region {
-                Some(_) => local[..nsp].to_vec(),
-                None => axis_val[..nsp].to_vec(),
-            },
-        );
-        let reduce_vars: Vec<u32> = leaf_vars
-            .iter()
-            .filter(|(l, _)| s.iter(*l).kind == IterKind::Reduce)
-            .map(|(_, v)| v.var.id)
-            .collect();
         let guard = |ps: Vec<Expr>, stmt: Stmt| match ps.into_iter().reduce(Expr::and) {
             Some(c) => Stmt::If {
                 cond: c,
@@ -451,7 +498,7 @@ impl<'a> Lowerer<'a> {
             },
             None => stmt,
         };
-        let (init, update) = match &body {
+        match body {
             Expr::Reduce {
                 combiner, source, ..
             } => {
@@ -486,69 +533,7 @@ impl<'a> Lowerer<'a> {
                 };
                 (None, guard(preds, store))
             }
-        };
-
-        // Loop kinds, with the auto-unroll pragma resolved.
-        let n = s.leaves.len();
-        let mut kinds = Vec::with_capacity(n);
-        let pragma = s
-            .auto_unroll
-            .and_then(|(id, m)| s.leaves.iter().position(|&l| l == id).map(|q| (q, m)));
-        // A loop without an annotation: unrolled if the pragma covers it and its nest fits.
-        let by_pragma = |q: usize| match pragma {
-            Some((q0, m)) if q >= q0 && m > 0 => {
-                let steps: i64 = leaf_vars[q..].iter().map(|(_, v)| v.extent).product();
-                if steps <= m as i64 {
-                    ForKind::Unrolled
-                } else {
-                    ForKind::Serial
-                }
-            }
-            _ => ForKind::Serial,
-        };
-        for (q, (l, v)) in leaf_vars.iter().enumerate() {
-            let it = s.iter(*l);
-            let innermost = q + 1 == n && attached[q].is_empty();
-            let kind = match it.annotation {
-                Some(Annotation::Vectorize) => {
-                    if !innermost {
-                        return Err(LowerError::VectorNotInnermost {
-                            stage: s.name().to_string(),
-                            iter: it.name.clone(),
-                        });
-                    }
-                    ForKind::Vectorized
-                }
-                Some(Annotation::VectorizeUpTo(m)) => {
-                    if innermost && (2..=m as i64).contains(&v.extent) {
-                        ForKind::Vectorized
-                    } else {
-                        by_pragma(q)
-                    }
-                }
-                Some(Annotation::Unroll) => ForKind::Unrolled,
-                Some(Annotation::Parallel) => ForKind::Parallel,
-                Some(Annotation::Bind(t)) => ForKind::ThreadBound(t),
-                None => by_pragma(q),
-            };
-            kinds.push(kind);
         }
-        let first_reduce = leaf_vars
-            .iter()
-            .position(|(l, _)| s.iter(*l).kind == IterKind::Reduce);
-        let mut nest = NestCtx {
-            leaf_vars: &leaf_vars,
-            kinds: &kinds,
-            attached: &attached,
-            first_reduce,
-            init,
-            update: Some(update),
-            is_reduce: &leaf_vars
-                .iter()
-                .map(|(l, _)| s.iter(*l).kind == IterKind::Reduce)
-                .collect::<Vec<_>>(),
-        };
-        self.nest(&mut nest, 0, false)
     }
 
     /// The loop nest of a stage from leaf position `q` in: each position is reached once
@@ -615,6 +600,60 @@ impl<'a> Lowerer<'a> {
             body: Box::new(body),
         })
     }
+}
+
+/// The kind of each of the stage's loops: its annotation, with the auto-unroll pragma
+/// resolved for loops without one.
+fn loop_kinds(
+    s: &crate::schedule::Stage,
+    leaf_vars: &[(IterId, IterVar)],
+    attached: &[Vec<usize>],
+) -> Result<Vec<ForKind>, LowerError> {
+    let n = s.leaves.len();
+    let mut kinds = Vec::with_capacity(n);
+    let pragma = s
+        .auto_unroll
+        .and_then(|(id, m)| s.leaves.iter().position(|&l| l == id).map(|q| (q, m)));
+    // A loop without an annotation: unrolled if the pragma covers it and its nest fits.
+    let by_pragma = |q: usize| match pragma {
+        Some((q0, m)) if q >= q0 && m > 0 => {
+            let steps: i64 = leaf_vars[q..].iter().map(|(_, v)| v.extent).product();
+            if steps <= m as i64 {
+                ForKind::Unrolled
+            } else {
+                ForKind::Serial
+            }
+        }
+        _ => ForKind::Serial,
+    };
+    for (q, (l, v)) in leaf_vars.iter().enumerate() {
+        let it = s.iter(*l);
+        let innermost = q + 1 == n && attached[q].is_empty();
+        let kind = match it.annotation {
+            Some(Annotation::Vectorize) => {
+                if !innermost {
+                    return Err(LowerError::VectorNotInnermost {
+                        stage: s.name().to_string(),
+                        iter: it.name.clone(),
+                    });
+                }
+                ForKind::Vectorized
+            }
+            Some(Annotation::VectorizeUpTo(m)) => {
+                if innermost && (2..=m as i64).contains(&v.extent) {
+                    ForKind::Vectorized
+                } else {
+                    by_pragma(q)
+                }
+            }
+            Some(Annotation::Unroll) => ForKind::Unrolled,
+            Some(Annotation::Parallel) => ForKind::Parallel,
+            Some(Annotation::Bind(t)) => ForKind::ThreadBound(t),
+            None => by_pragma(q),
+        };
+        kinds.push(kind);
+    }
+    Ok(kinds)
 }
 
 struct NestCtx<'a> {

@@ -167,144 +167,11 @@ impl Sketch {
             return Err(SketchError::Decisions(self.name.clone()));
         }
         let mut s = State::new(dag);
-        let err = |source| SketchError::Step {
-            sketch: self.name.clone(),
-            source,
-        };
         for step in &self.steps {
-            match step {
-                SketchStep::Fixed(st) => s.apply_in_place(st).map_err(err)?,
-                SketchStep::Split { stage, iter, hole } => s
-                    .apply_in_place(&Step::Split {
-                        stage: *stage,
-                        iter: *iter,
-                        factors: decisions[*hole].clone(),
-                    })
-                    .map_err(err)?,
-                SketchStep::FollowSplit {
-                    stage,
-                    iter,
-                    hole,
-                    ranges,
-                } => {
-                    let d = &decisions[*hole];
-                    let factors: Vec<i64> = ranges
-                        .iter()
-                        .map(|&(a, b)| d.get(a..b).map(|x| x.iter().product()).unwrap_or(1))
-                        .collect();
-                    s.apply_in_place(&Step::Split {
-                        stage: *stage,
-                        iter: *iter,
-                        factors,
-                    })
-                    .map_err(err)?
-                }
-                SketchStep::ComputeAt {
-                    stage,
-                    target,
-                    hole,
-                } => {
-                    let at = decisions[*hole][0];
-                    if at >= 0 {
-                        s.apply_in_place(&Step::ComputeAt {
-                            stage: *stage,
-                            target: *target,
-                            iter: at as u32,
-                        })
-                        .map_err(err)?
-                    }
-                }
-                SketchStep::VectorizeInnermost { tensor, max_lanes } => {
-                    let Some(p) = s.position_of(*tensor) else {
-                        continue;
-                    };
-                    let stage = &(p as u32);
-                    let Some(st) = s.stage(p) else { continue };
-                    let n = st.leaves.len();
-                    let fits = st
-                        .leaf(n.wrapping_sub(1))
-                        .map(|l| {
-                            l.kind == IterKind::Spatial && l.extent >= 2 && l.extent <= *max_lanes
-                        })
-                        .unwrap_or(false);
-                    if fits {
-                        // A stage attached at the innermost loop refuses; that is not an error
-                        // of the sketch, the loop just stays scalar.
-                        let _ = s.apply(&Step::Annotate {
-                            stage: *stage,
-                            iter: n as u32 - 1,
-                            annotation: Annotation::Vectorize,
-                        });
-                    }
-                }
-                SketchStep::VectorizeRegion { tensor, max_lanes } => {
-                    let Some(p) = s.position_of(*tensor) else {
-                        continue;
-                    };
-                    let Some(st) = s.stage(p) else { continue };
-                    let n = st.leaves.len();
-                    let spatial = st
-                        .leaf(n.wrapping_sub(1))
-                        .is_some_and(|l| l.kind == IterKind::Spatial && l.extent >= 2);
-                    if spatial {
-                        // As for `VectorizeInnermost`, a refusal leaves the loop scalar.
-                        let _ = s.apply(&Step::Annotate {
-                            stage: p as u32,
-                            iter: n as u32 - 1,
-                            annotation: Annotation::VectorizeUpTo(
-                                (*max_lanes).clamp(2, MAX_VECTOR_LANES) as u32,
-                            ),
-                        });
-                    }
-                }
-                SketchStep::ParallelOuter { tensor, hole } => {
-                    let k = decisions[*hole][0].max(0) as usize;
-                    let Some(p) = s.position_of(*tensor) else {
-                        continue;
-                    };
-                    let stage = &(p as u32);
-                    let Some(st) = s.stage(p) else { continue };
-                    let spatial = st
-                        .leaves
-                        .iter()
-                        .take_while(|&&l| {
-                            let it = st.iter(l);
-                            it.kind == IterKind::Spatial && it.annotation.is_none()
-                        })
-                        .count();
-                    let k = k.min(spatial);
-                    if k >= 1 {
-                        if k >= 2 {
-                            s.apply_in_place(&Step::Fuse {
-                                stage: *stage,
-                                iters: (0..k as u32).collect(),
-                            })
-                            .map_err(err)?;
-                        }
-                        s.apply_in_place(&Step::Annotate {
-                            stage: *stage,
-                            iter: 0,
-                            annotation: Annotation::Parallel,
-                        })
-                        .map_err(err)?;
-                    }
-                }
-                SketchStep::AutoUnroll { tensor, hole } => {
-                    let m = decisions[*hole][0].max(0) as u32;
-                    let Some(p) = s.position_of(*tensor) else {
-                        continue;
-                    };
-                    let stage = &(p as u32);
-                    if m > 0 {
-                        s.apply_in_place(&Step::AutoUnroll {
-                            stage: *stage,
-                            iter: 0,
-                            max_step: m,
-                        })
-                        .map_err(err)?;
-                    }
-                }
-            }
+            apply_step(&mut s, step, decisions).map_err(|source| SketchError::Step {
+                sketch: self.name.clone(),
+                source,
+            })?;
         }
         s.set_sketch(Some(SketchRef {
             name: self.name.clone(),
@@ -312,4 +179,151 @@ impl Sketch {
         }));
         Ok(s)
     }
+}
+
+/// Applies one sketch step with its holes filled from `decisions` (which fit the sketch).
+fn apply_step(
+    s: &mut State,
+    step: &SketchStep,
+    decisions: &[Vec<i64>],
+) -> Result<(), ScheduleError> {
+    match step {
+        SketchStep::Fixed(st) => s.apply_in_place(st),
+        SketchStep::Split { stage, iter, hole } => s.apply_in_place(&Step::Split {
+            stage: *stage,
+            iter: *iter,
+            factors: decisions[*hole].clone(),
+        }),
+        SketchStep::FollowSplit {
+            stage,
+            iter,
+            hole,
+            ranges,
+        } => {
+            let d = &decisions[*hole];
+            let factors: Vec<i64> = ranges
+                .iter()
+                .map(|&(a, b)| d.get(a..b).map(|x| x.iter().product()).unwrap_or(1))
+                .collect();
+            s.apply_in_place(&Step::Split {
+                stage: *stage,
+                iter: *iter,
+                factors,
+            })
+        }
+        SketchStep::ComputeAt {
+            stage,
+            target,
+            hole,
+        } => {
+            let at = decisions[*hole][0];
+            if at < 0 {
+                return Ok(());
+            }
+            s.apply_in_place(&Step::ComputeAt {
+                stage: *stage,
+                target: *target,
+                iter: at as u32,
+            })
+        }
+        SketchStep::VectorizeInnermost { tensor, max_lanes } => {
+            vectorize_innermost(s, *tensor, *max_lanes);
+            Ok(())
+        }
+        SketchStep::VectorizeRegion { tensor, max_lanes } => {
+            vectorize_region(s, *tensor, *max_lanes);
+            Ok(())
+        }
+        SketchStep::ParallelOuter { tensor, hole } => {
+            parallel_outer(s, *tensor, decisions[*hole][0].max(0) as usize)
+        }
+        SketchStep::AutoUnroll { tensor, hole } => {
+            let m = decisions[*hole][0].max(0) as u32;
+            match s.position_of(*tensor) {
+                Some(p) if m > 0 => s.apply_in_place(&Step::AutoUnroll {
+                    stage: p as u32,
+                    iter: 0,
+                    max_step: m,
+                }),
+                _ => Ok(()),
+            }
+        }
+    }
+}
+
+/// Vectorizes the stage's innermost loop if it is spatial with 2 to `max_lanes` iterations.
+fn vectorize_innermost(s: &mut State, tensor: TensorId, max_lanes: i64) {
+    let Some(p) = s.position_of(tensor) else {
+        return;
+    };
+    let Some(st) = s.stage(p) else { return };
+    let n = st.leaves.len();
+    let fits = st
+        .leaf(n.wrapping_sub(1))
+        .map(|l| l.kind == IterKind::Spatial && l.extent >= 2 && l.extent <= max_lanes)
+        .unwrap_or(false);
+    if fits {
+        // A stage attached at the innermost loop refuses; that is not an error of the sketch,
+        // the loop just stays scalar.
+        let _ = s.apply(&Step::Annotate {
+            stage: p as u32,
+            iter: n as u32 - 1,
+            annotation: Annotation::Vectorize,
+        });
+    }
+}
+
+/// Marks the stage's innermost loop, if spatial, `vectorize_up_to(max_lanes)`.
+fn vectorize_region(s: &mut State, tensor: TensorId, max_lanes: i64) {
+    let Some(p) = s.position_of(tensor) else {
+        return;
+    };
+    let Some(st) = s.stage(p) else { return };
+    let n = st.leaves.len();
+    let spatial = st
+        .leaf(n.wrapping_sub(1))
+        .is_some_and(|l| l.kind == IterKind::Spatial && l.extent >= 2);
+    if spatial {
+        // As for `VectorizeInnermost`, a refusal leaves the loop scalar.
+        let _ = s.apply(&Step::Annotate {
+            stage: p as u32,
+            iter: n as u32 - 1,
+            annotation: Annotation::VectorizeUpTo(max_lanes.clamp(2, MAX_VECTOR_LANES) as u32),
+        });
+    }
+}
+
+/// Fuses the stage's first `k` unannotated spatial loops (as many as there are) and runs
+/// the fused loop in parallel.
+fn parallel_outer(s: &mut State, tensor: TensorId, k: usize) -> Result<(), ScheduleError> {
+    let Some(p) = s.position_of(tensor) else {
+        return Ok(());
+    };
+    let Some(st) = s.stage(p) else {
+        return Ok(());
+    };
+    let spatial = st
+        .leaves
+        .iter()
+        .take_while(|&&l| {
+            let it = st.iter(l);
+            it.kind == IterKind::Spatial && it.annotation.is_none()
+        })
+        .count();
+    let k = k.min(spatial);
+    if k == 0 {
+        return Ok(());
+    }
+    let stage = p as u32;
+    if k >= 2 {
+        s.apply_in_place(&Step::Fuse {
+            stage,
+            iters: (0..k as u32).collect(),
+        })?;
+    }
+    s.apply_in_place(&Step::Annotate {
+        stage,
+        iter: 0,
+        annotation: Annotation::Parallel,
+    })
 }

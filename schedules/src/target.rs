@@ -1,0 +1,441 @@
+//! Targets as values: the parsed key records are filed under ([`TargetKey`]) and the plain-data
+//! description of the machine the search reads ([`TargetDesc`]).
+//!
+//! They live in the lowest crate so that records, the tuner and the backends all see them
+//! without the tuner depending on a backend. A key is text in the records database and on the
+//! command line; this module is the only place that takes that text apart:
+//!
+//! ```
+//! use tensortune_schedules::target::{TargetKey, TargetKind};
+//! let key: TargetKey = "llvm -mcpu=znver4 -mattr=+avx2,+fma -threads=4".parse().unwrap();
+//! assert_eq!(key.kind(), TargetKind::Cpu);
+//! assert_eq!(key.threads(), 4);
+//! assert_eq!(key.to_string(), "llvm -mcpu=znver4 -mattr=+avx2,+fma -threads=4");
+//! assert!("opencl".parse::<TargetKey>().is_err());
+//! ```
+//!
+//! **Invariant**: `key.to_string().parse() == Ok(key)` for every key, and a key written in the
+//! canonical order (`-mcpu`, `-mattr`, `-threads` for `llvm`; `-arch` for `cuda`, each at most
+//! once) prints back as the same text, so the keys already in databases keep matching.
+
+use crate::expr::DType;
+use std::fmt;
+use std::str::FromStr;
+
+/// The kind of machine, which picks a backend's rule list.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TargetKind {
+    /// A CPU through LLVM (`llvm`).
+    Cpu,
+    /// An NVIDIA GPU (`cuda`).
+    Cuda,
+}
+
+/// A target key, parsed.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum TargetKey {
+    /// `llvm [-mcpu=NAME] [-mattr=+f1,+f2...] [-threads=N]`.
+    Llvm(LlvmKey),
+    /// `cuda [-arch=sm_NN]`.
+    Cuda(CudaKey),
+}
+
+/// The options of an `llvm` key.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct LlvmKey {
+    /// LLVM CPU name (`-mcpu=`), e.g. `znver4`.
+    pub cpu: Option<String>,
+    /// The SIMD features named (`-mattr=`, each with its `+`); `Some(vec![])` for a key that
+    /// names none (`-mattr=`), which a CPU without AVX writes.
+    pub features: Option<Vec<String>>,
+    /// Worker threads (`-threads=`); a key without it means one.
+    pub threads: Option<usize>,
+}
+
+/// The options of a `cuda` key.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct CudaKey {
+    /// The compute capability (`-arch=`), e.g. `sm_90`.
+    pub arch: Option<String>,
+}
+
+/// Why a text is not a target key; every variant names the key.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TargetKeyError {
+    /// The first word is not a target kind this crate knows.
+    #[error("unknown target `{key}`: expected `llvm ...` or `cuda ...`")]
+    UnknownKind {
+        /// The key as given.
+        key: String,
+    },
+    /// An option the kind does not take.
+    #[error("target `{key}`: unknown option `{option}`")]
+    UnknownOption {
+        /// The key as given.
+        key: String,
+        /// The option.
+        option: String,
+    },
+    /// An option given twice.
+    #[error("target `{key}`: option `{option}` given twice")]
+    Duplicate {
+        /// The key as given.
+        key: String,
+        /// The option's name.
+        option: String,
+    },
+    /// An option whose value does not parse.
+    #[error("target `{key}`: bad value in `{option}`: {reason}")]
+    BadValue {
+        /// The key as given.
+        key: String,
+        /// The option.
+        option: String,
+        /// What was expected.
+        reason: String,
+    },
+}
+
+impl TargetKey {
+    /// An `llvm` key.
+    pub fn llvm(cpu: &str, features: Vec<String>, threads: usize) -> TargetKey {
+        TargetKey::Llvm(LlvmKey {
+            cpu: Some(cpu.to_string()),
+            features: Some(features),
+            threads: Some(threads.max(1)),
+        })
+    }
+
+    /// The kind of machine it names.
+    pub fn kind(&self) -> TargetKind {
+        match self {
+            TargetKey::Llvm(_) => TargetKind::Cpu,
+            TargetKey::Cuda(_) => TargetKind::Cuda,
+        }
+    }
+
+    /// Threads for parallel loops: the key's `-threads=`, else 1 (a GPU key: 1).
+    pub fn threads(&self) -> usize {
+        match self {
+            TargetKey::Llvm(k) => k.threads.unwrap_or(1).max(1),
+            TargetKey::Cuda(_) => 1,
+        }
+    }
+
+    /// The same key with `threads` threads (a GPU key is returned as it is).
+    pub fn with_threads(&self, threads: usize) -> TargetKey {
+        match self {
+            TargetKey::Llvm(k) => TargetKey::Llvm(LlvmKey {
+                threads: Some(threads.max(1)),
+                ..k.clone()
+            }),
+            TargetKey::Cuda(_) => self.clone(),
+        }
+    }
+
+    /// The key without its thread count: what names the machine's code generation. Two keys
+    /// with the same machine part take the same object code.
+    pub fn machine(&self) -> TargetKey {
+        match self {
+            TargetKey::Llvm(k) => TargetKey::Llvm(LlvmKey {
+                threads: None,
+                ..k.clone()
+            }),
+            TargetKey::Cuda(_) => self.clone(),
+        }
+    }
+}
+
+impl FromStr for TargetKey {
+    type Err = TargetKeyError;
+
+    fn from_str(s: &str) -> Result<TargetKey, TargetKeyError> {
+        let mut words = s.split_whitespace();
+        let unknown = || TargetKeyError::UnknownKind { key: s.to_string() };
+        match words.next().ok_or_else(unknown)? {
+            "llvm" => parse_llvm(s, words).map(TargetKey::Llvm),
+            "cuda" => parse_cuda(s, words).map(TargetKey::Cuda),
+            _ => Err(unknown()),
+        }
+    }
+}
+
+/// Splits `-name=value`; the option text for errors is the whole word.
+fn option(key: &str, word: &str) -> Result<(String, String), TargetKeyError> {
+    word.strip_prefix('-')
+        .and_then(|w| w.split_once('='))
+        .map(|(n, v)| (n.to_string(), v.to_string()))
+        .ok_or_else(|| TargetKeyError::UnknownOption {
+            key: key.to_string(),
+            option: word.to_string(),
+        })
+}
+
+/// Sets `slot` once, or reports the option as given twice.
+fn set_once<T>(
+    slot: &mut Option<T>,
+    value: T,
+    key: &str,
+    name: &str,
+) -> Result<(), TargetKeyError> {
+    if slot.is_some() {
+        return Err(TargetKeyError::Duplicate {
+            key: key.to_string(),
+            option: name.to_string(),
+        });
+    }
+    *slot = Some(value);
+    Ok(())
+}
+
+fn parse_llvm<'a>(
+    key: &str,
+    words: impl Iterator<Item = &'a str>,
+) -> Result<LlvmKey, TargetKeyError> {
+    let mut k = LlvmKey::default();
+    for word in words {
+        let (name, value) = option(key, word)?;
+        let bad = |reason: &str| TargetKeyError::BadValue {
+            key: key.to_string(),
+            option: word.to_string(),
+            reason: reason.to_string(),
+        };
+        match name.as_str() {
+            "mcpu" if !value.is_empty() => set_once(&mut k.cpu, value, key, "-mcpu")?,
+            "mcpu" => return Err(bad("a CPU name")),
+            "mattr" => {
+                let features: Vec<String> = value
+                    .split(',')
+                    .filter(|f| !f.is_empty())
+                    .map(str::to_string)
+                    .collect();
+                if features
+                    .iter()
+                    .any(|f| !f.starts_with(['+', '-']) || f.len() < 2)
+                {
+                    return Err(bad("features of the form +name or -name"));
+                }
+                set_once(&mut k.features, features, key, "-mattr")?
+            }
+            "threads" => {
+                let n = value
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|&n| n >= 1)
+                    .ok_or_else(|| bad("a thread count of at least 1"))?;
+                set_once(&mut k.threads, n, key, "-threads")?
+            }
+            _ => {
+                return Err(TargetKeyError::UnknownOption {
+                    key: key.to_string(),
+                    option: word.to_string(),
+                })
+            }
+        }
+    }
+    Ok(k)
+}
+
+fn parse_cuda<'a>(
+    key: &str,
+    words: impl Iterator<Item = &'a str>,
+) -> Result<CudaKey, TargetKeyError> {
+    let mut k = CudaKey::default();
+    for word in words {
+        match option(key, word)? {
+            (name, value) if name == "arch" && value.starts_with("sm_") && value.len() > 3 => {
+                set_once(&mut k.arch, value, key, "-arch")?
+            }
+            (name, _) if name == "arch" => {
+                return Err(TargetKeyError::BadValue {
+                    key: key.to_string(),
+                    option: word.to_string(),
+                    reason: "a compute capability such as sm_90".to_string(),
+                })
+            }
+            _ => {
+                return Err(TargetKeyError::UnknownOption {
+                    key: key.to_string(),
+                    option: word.to_string(),
+                })
+            }
+        }
+    }
+    Ok(k)
+}
+
+impl fmt::Display for TargetKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TargetKey::Llvm(k) => {
+                f.write_str("llvm")?;
+                if let Some(cpu) = &k.cpu {
+                    write!(f, " -mcpu={cpu}")?;
+                }
+                if let Some(features) = &k.features {
+                    write!(f, " -mattr={}", features.join(","))?;
+                }
+                if let Some(n) = k.threads {
+                    write!(f, " -threads={n}")?;
+                }
+                Ok(())
+            }
+            TargetKey::Cuda(k) => {
+                f.write_str("cuda")?;
+                if let Some(arch) = &k.arch {
+                    write!(f, " -arch={arch}")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// What a schedule depends on in a machine: plain data the search reads (the sketch rules
+/// and random annotation take vector lanes, threads and, on a GPU, the thread limits from it).
+#[derive(Clone, Debug, PartialEq)]
+pub enum TargetDesc {
+    /// A CPU.
+    Cpu(CpuDesc),
+    /// An NVIDIA GPU.
+    Cuda(CudaDesc),
+}
+
+/// A CPU as the search sees it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CpuDesc {
+    /// Width of the vector registers generated code uses, in bits (512 with AVX-512F).
+    pub vector_bits: u32,
+    /// Worker threads parallel loops may use (1: no parallel loops).
+    pub threads: usize,
+    /// Cache sizes, where known.
+    pub caches: CacheSizes,
+}
+
+/// Data cache sizes in bytes, per core for L1 and L2; `None` where not known.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CacheSizes {
+    /// Level-1 data cache.
+    pub l1d: Option<u64>,
+    /// Level-2 cache.
+    pub l2: Option<u64>,
+    /// Last-level cache (shared).
+    pub l3: Option<u64>,
+}
+
+/// An NVIDIA GPU as the search sees it (filled by the CUDA backend from the device).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CudaDesc {
+    /// Threads that execute in lockstep (32 on every NVIDIA GPU so far).
+    pub warp_size: u32,
+    /// Most threads in one block.
+    pub max_threads_per_block: u32,
+    /// Shared memory one block may allocate, in bytes.
+    pub shared_memory_per_block: u64,
+    /// Most 32-bit registers one thread may use.
+    pub registers_per_thread: u32,
+    /// Streaming multiprocessors.
+    pub multiprocessors: u32,
+}
+
+impl TargetDesc {
+    /// A CPU whose vectors are `vector_bits` wide, with `threads` threads and unknown caches.
+    pub fn cpu(vector_bits: u32, threads: usize) -> TargetDesc {
+        TargetDesc::Cpu(CpuDesc {
+            vector_bits,
+            threads: threads.max(1),
+            caches: CacheSizes::default(),
+        })
+    }
+
+    /// The kind of machine.
+    pub fn kind(&self) -> TargetKind {
+        match self {
+            TargetDesc::Cpu(_) => TargetKind::Cpu,
+            TargetDesc::Cuda(_) => TargetKind::Cuda,
+        }
+    }
+
+    /// Lanes of one vector register for elements of `dtype` (at least 1); on a GPU, 1 (a
+    /// thread works on scalars).
+    pub fn vector_lanes(&self, dtype: DType) -> i64 {
+        match self {
+            TargetDesc::Cpu(c) => {
+                ((c.vector_bits as usize / 8) / dtype.bytes().max(1)).max(1) as i64
+            }
+            TargetDesc::Cuda(_) => 1,
+        }
+    }
+
+    /// Threads parallel loops may use on a CPU; 1 on a GPU (whose parallelism is bindings).
+    pub fn threads(&self) -> usize {
+        match self {
+            TargetDesc::Cpu(c) => c.threads.max(1),
+            TargetDesc::Cuda(_) => 1,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_round_trip_and_bad_keys_name_themselves() {
+        for text in [
+            "llvm",
+            "llvm -mcpu=test",
+            "llvm -mcpu=znver4 -mattr=+avx2,+avx512f,+fma -threads=1",
+            "llvm -mcpu=x86-64 -mattr= -threads=3",
+            "cuda",
+            "cuda -arch=sm_90",
+        ] {
+            let key: TargetKey = text.parse().unwrap_or_else(|e| panic!("{text}: {e}"));
+            assert_eq!(key.to_string(), text);
+            assert_eq!(key.to_string().parse::<TargetKey>(), Ok(key));
+        }
+        let key: TargetKey = "llvm  -threads=2   -mcpu=a"
+            .parse()
+            .expect("any order parses");
+        assert_eq!(key.to_string(), "llvm -mcpu=a -threads=2");
+        assert_eq!(key.threads(), 2);
+        assert_eq!(key.machine().to_string(), "llvm -mcpu=a");
+        assert_eq!(key.with_threads(8).threads(), 8);
+        assert_eq!(
+            "llvm -mcpu=a".parse::<TargetKey>().map(|k| k.threads()),
+            Ok(1)
+        );
+        let cases = [
+            ("", "unknown target ``"),
+            ("opencl -x=1", "unknown target `opencl -x=1`"),
+            ("llvmx", "unknown target `llvmx`"),
+            ("llvm -fast", "target `llvm -fast`: unknown option `-fast`"),
+            ("llvm -O3=1", "unknown option `-O3=1`"),
+            ("llvm -threads=0", "bad value in `-threads=0`"),
+            ("llvm -threads=two", "bad value in `-threads=two`"),
+            ("llvm -mattr=avx2", "bad value in `-mattr=avx2`"),
+            ("llvm -mcpu=", "bad value in `-mcpu=`"),
+            ("llvm -mcpu=a -mcpu=b", "option `-mcpu` given twice"),
+            ("cuda -arch=90", "bad value in `-arch=90`"),
+            (
+                "cuda -threads=2",
+                "target `cuda -threads=2`: unknown option `-threads=2`",
+            ),
+        ];
+        for (text, want) in cases {
+            let e = text.parse::<TargetKey>().expect_err(text).to_string();
+            assert!(e.contains(want), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn lanes_follow_the_vector_width_and_dtype() {
+        let avx512 = TargetDesc::cpu(512, 2);
+        assert_eq!(avx512.vector_lanes(DType::F32), 16);
+        assert_eq!(avx512.vector_lanes(DType::F64), 8);
+        assert_eq!(TargetDesc::cpu(128, 1).vector_lanes(DType::F32), 4);
+        assert_eq!(avx512.threads(), 2);
+        assert_eq!(TargetDesc::cpu(256, 0).threads(), 1);
+        assert_eq!(avx512.kind(), TargetKind::Cpu);
+    }
+}

@@ -1,0 +1,360 @@
+//! [`MultiLevelTiling`]: a reduction with data reuse is tiled at several levels per axis, in
+//! the order its structure string gives (`SSRSRS` on the CPU).
+//!
+//! Each spatial axis is split into one loop per `S` of the structure, each reduce axis into
+//! one per `R`, and the loops are ordered level by level as the string reads: on the CPU, two
+//! outer spatial levels (the parallel tiles and the cache tiles), the outer reduce level, a
+//! spatial level, the inner reduce level, and the register tile. The spatial levels before the
+//! first `R` are the *outer* levels: the stage's only consumer, when it is an elementwise map
+//! of it (relu after dense), is tiled at those levels and the stage computed inside its tile
+//! (**fusion**); otherwise a **cache-write** stage holds the accumulator tile and the stage
+//! itself copies it out at the outer levels.
+//!
+//! Where an input is indexed by the innermost spatial axis (B[k, j] of matmul, W[j, k] of
+//! dense), a second sketch also **packs** it: a cache-read copy of the tile's columns,
+//! computed inside the tile and stored with that axis last, so the register tile reads rows a
+//! vector apart rather than the input's width apart (or, for W, rather than gathering a row
+//! apart per lane).
+
+use super::{unroll_hole, Applies, RuleContext, RuleError, SketchBuilder, SketchRule, Variant};
+use crate::sketch::{ChoiceKind, SketchStep};
+use tensortune_schedules::ir::Scope;
+use tensortune_schedules::te::OpKind;
+use tensortune_schedules::trace::Step;
+use tensortune_schedules::{ComputeDag, Expr, TensorId};
+
+/// Multi-level tiling with a structure of `S` (spatial) and `R` (reduce) levels.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MultiLevelTiling {
+    structure: String,
+    /// Number of `S` in the structure.
+    spatial_levels: usize,
+    /// Number of `S` before the first `R`.
+    outer_levels: usize,
+}
+
+/// A tiling structure that is not one [`MultiLevelTiling`] can build.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("tiling structure `{0}`: expected `S` and `R` only, starting with `S`, with an `R` and at least one `S` after it")]
+pub struct StructureError(pub String);
+
+impl MultiLevelTiling {
+    /// Tiling by `structure`, e.g. `SSRSRS`. It must start with a spatial level (the outer
+    /// levels take the consumer) and have one after its first reduce level (the register tile,
+    /// whose last level is vectorized).
+    pub fn new(structure: &str) -> Result<MultiLevelTiling, StructureError> {
+        let bad = || StructureError(structure.to_string());
+        if !structure.chars().all(|c| c == 'S' || c == 'R') {
+            return Err(bad());
+        }
+        let outer_levels = structure.chars().take_while(|&c| c == 'S').count();
+        let first_r = structure.find('R').ok_or_else(bad)?;
+        if outer_levels == 0
+            || !structure[first_r..].contains('S')
+            || structure.matches('S').count() < 2
+        {
+            return Err(bad());
+        }
+        Ok(MultiLevelTiling {
+            structure: structure.to_string(),
+            spatial_levels: structure.matches('S').count(),
+            outer_levels,
+        })
+    }
+
+    /// The CPU's `SSRSRS` (Ansor's).
+    pub fn cpu() -> MultiLevelTiling {
+        MultiLevelTiling {
+            structure: "SSRSRS".to_string(),
+            spatial_levels: 4,
+            outer_levels: 2,
+        }
+    }
+
+    /// The structure string.
+    pub fn structure(&self) -> &str {
+        &self.structure
+    }
+}
+
+impl SketchRule for MultiLevelTiling {
+    fn name(&self) -> &str {
+        "multi-level-tiling"
+    }
+
+    fn applies(&self, cx: &RuleContext, t: TensorId) -> Applies {
+        if cx.dag.info(t).combiner.is_some() && super::has_data_reuse(cx.dag, t) {
+            Applies::AndSkipRest
+        } else {
+            Applies::No
+        }
+    }
+
+    fn apply(&self, cx: &RuleContext, b: &SketchBuilder, t: TensorId) -> Vec<Variant> {
+        let fused = cx.fused_consumer(t);
+        let suffix = if fused.is_some() { "+fuse" } else { "" };
+        let mut v = vec![(format!("tile{suffix}"), self.tile(cx, b, t, fused, None))];
+        if let Some(x) = packable_input(cx.dag, t) {
+            v.push((
+                format!("tile{suffix}+pack"),
+                self.tile(cx, b, t, fused, Some(x)),
+            ));
+        }
+        v
+    }
+}
+
+/// Where the tiled stage's loops are: the compute stage, and the stage holding the outer
+/// levels (the fused consumer or the copy-out stage).
+struct Tiled {
+    compute: u32,
+    outer: u32,
+    /// Number of spatial axes.
+    ns: usize,
+    /// Per spatial axis, its tile hole.
+    holes: Vec<usize>,
+}
+
+impl MultiLevelTiling {
+    /// The tiling of `t`, with the outer levels in `consumer` (fusion) or in a copy-out stage
+    /// after a cache write; with `pack`, that input is read through a local copy of the
+    /// region the tile needs (see [`packable_input`]).
+    fn tile(
+        &self,
+        cx: &RuleContext,
+        b: &SketchBuilder,
+        t: TensorId,
+        consumer: Option<TensorId>,
+        pack: Option<(TensorId, usize)>,
+    ) -> Result<SketchBuilder, RuleError> {
+        let mut b = b.clone();
+        let (compute, outer) = match consumer {
+            Some(c) => (b.pos(t)?, b.pos(c)?),
+            None => {
+                let p = b.pos(t)?;
+                b.fixed(Step::CacheWrite {
+                    stage: p,
+                    scope: Scope::Local,
+                })?;
+                (p, p + 1)
+            }
+        };
+        let tiled = self.split_and_order(cx, &mut b, t, compute, outer)?;
+        self.follow_outer(&mut b, &tiled)?;
+        // By tensor: packing inserts a stage before both.
+        let (ct, ot) = (b.tensor(compute)?, b.tensor(outer)?);
+        if let Some(x) = pack {
+            self.pack(cx, &mut b, &tiled, x)?;
+        }
+        // The accumulator's register tile is unrolled and vectorized; the outer stage's outer
+        // loops run in parallel and its innermost copy loop is vectorized.
+        let lanes = cx.lanes(t);
+        b.defer(SketchStep::VectorizeInnermost {
+            tensor: ct,
+            max_lanes: lanes,
+        });
+        unroll_hole(cx, &mut b, ct);
+        if cx.target.threads() > 1 {
+            let hole = b.choice((1..=tiled.ns as i64).collect(), ChoiceKind::Parallel);
+            b.defer(SketchStep::ParallelOuter { tensor: ot, hole });
+        }
+        b.defer(SketchStep::VectorizeInnermost {
+            tensor: ot,
+            max_lanes: lanes * 4,
+        });
+        Ok(b)
+    }
+
+    /// Splits the compute stage's spatial axes into the structure's `S` levels (the last
+    /// axis's innermost within the vector lanes) and its reduce axes into its `R` levels, and
+    /// orders the loops as the structure reads.
+    fn split_and_order(
+        &self,
+        cx: &RuleContext,
+        b: &mut SketchBuilder,
+        t: TensorId,
+        compute: u32,
+        outer: u32,
+    ) -> Result<Tiled, RuleError> {
+        let ns = cx.dag.op(t).shape.len();
+        let nr = cx.dag.info(t).reduce_axes.len();
+        let (sl, rl) = (
+            self.spatial_levels,
+            self.structure.len() - self.spatial_levels,
+        );
+        // Loops are split from the last so earlier positions stay put; one level is the
+        // loop as it is. A spatial axis always gets a tile hole (the outer stage follows it).
+        let mut holes = vec![0; ns];
+        for r in (0..nr).rev().filter(|_| rl > 1) {
+            b.split(compute, (ns + r) as u32, rl, None)?;
+        }
+        for a in (0..ns).rev() {
+            let lanes = (a + 1 == ns).then(|| cx.lanes(t));
+            holes[a] = b.split(compute, a as u32, sl.max(2), lanes)?;
+        }
+        // Loop `l` of spatial axis `a` is at sl*a + l; of reduce axis `k`, at sl*ns + rl*k + l.
+        let mut order = Vec::new();
+        let (mut s_level, mut r_level) = (0, 0);
+        for c in self.structure.chars() {
+            if c == 'S' {
+                order.extend((0..ns).map(|a| (sl * a + s_level) as u32));
+                s_level += 1;
+            } else {
+                order.extend((0..nr).map(|k| (sl * ns + rl * k + r_level) as u32));
+                r_level += 1;
+            }
+        }
+        b.fixed(Step::Reorder {
+            stage: compute,
+            order,
+        })?;
+        Ok(Tiled {
+            compute,
+            outer,
+            ns,
+            holes,
+        })
+    }
+
+    /// The outer stage follows the outer levels, the rest of each axis one loop, ordered level
+    /// by level; the compute stage goes inside its tile, after one of the outer levels (the
+    /// innermost first).
+    fn follow_outer(&self, b: &mut SketchBuilder, tiled: &Tiled) -> Result<(), RuleError> {
+        let (ns, outer, ol) = (tiled.ns, tiled.outer, self.outer_levels);
+        // Level l (1 <= l < ol) takes factor l-1 of the tile's decision; the last loop, the
+        // product of the inner levels' factors.
+        let mut ranges: Vec<(usize, usize)> = (1..ol).map(|l| (l - 1, l)).collect();
+        ranges.push((ol - 1, self.spatial_levels - 1));
+        let outer_ns = b.stage_leaves(outer)?;
+        for a in (0..outer_ns.min(ns)).rev() {
+            b.follow(outer, a as u32, tiled.holes[a], ranges.clone())?;
+        }
+        let mut order = Vec::new();
+        for l in 0..=ol {
+            order.extend((0..ns).map(|a| ((ol + 1) * a + l) as u32));
+        }
+        b.fixed(Step::Reorder {
+            stage: outer,
+            order,
+        })?;
+        let choices = (0..ol).rev().map(|l| ((l + 1) * ns) as i64 - 1).collect();
+        b.compute_at(tiled.compute, outer, choices)
+    }
+
+    /// Packs input `x`, indexed by the innermost spatial axis at its index `at`: a local copy
+    /// read by the compute stage, with that axis stored last and split like the register
+    /// tile's vector lanes (the last spatial level), its inner part the copy's innermost loop.
+    /// The copy is computed inside the compute stage's tile after one of its outer spatial
+    /// levels (region: every reduction step, the columns of the inner levels) or at the first
+    /// loop after them, the outer reduce loop (the reduction steps of one pass over the
+    /// register tile).
+    fn pack(
+        &self,
+        cx: &RuleContext,
+        b: &mut SketchBuilder,
+        tiled: &Tiled,
+        (x, at): (TensorId, usize),
+    ) -> Result<(), RuleError> {
+        let ct = b.tensor(tiled.compute)?;
+        let xp = b.pos(x)?;
+        b.fixed(Step::CacheRead {
+            stage: xp,
+            scope: Scope::Local,
+            readers: vec![b.pos(ct)?],
+        })?;
+        let cache = xp + 1;
+        let pt = b.tensor(cache)?;
+        let nd = cx.dag.op(x).shape.len();
+        if at + 1 != nd {
+            let mut order: Vec<u32> = (0..nd as u32).filter(|&d| d as usize != at).collect();
+            order.push(at as u32);
+            b.fixed(Step::ReorderStorage {
+                stage: cache,
+                order,
+            })?;
+        }
+        let last = self.spatial_levels - 1;
+        b.follow(
+            cache,
+            at as u32,
+            tiled.holes[tiled.ns - 1],
+            vec![(last - 1, last)],
+        )?;
+        if at + 1 != nd {
+            // Loops now: axes before `at`, at.0, at.1, axes after; at.1 goes innermost.
+            let mut order: Vec<u32> = (0..=nd as u32).filter(|&l| l as usize != at + 1).collect();
+            order.push(at as u32 + 1);
+            b.fixed(Step::Reorder {
+                stage: cache,
+                order,
+            })?;
+        }
+        let ns = tiled.ns as i64;
+        let mut choices: Vec<i64> = (1..=self.outer_levels as i64).map(|l| l * ns - 1).collect();
+        choices.push(self.outer_levels as i64 * ns);
+        let target = b.pos(ct)?;
+        b.compute_at(cache, target, choices)?;
+        b.defer(SketchStep::VectorizeInnermost {
+            tensor: pt,
+            max_lanes: cx.lanes(x),
+        });
+        Ok(())
+    }
+}
+
+/// An input worth packing for a tiled reduction, and the position of its index that is the
+/// stage's innermost spatial axis: a placeholder indexed by that axis (a plain variable) and
+/// not varying with some other spatial axis. B[k, j] of matmul and batch matmul has it last:
+/// the register tile reads B along it for successive reduction steps, a row of B apart, and
+/// copied into a local buffer over the tile's columns those rows lie a vector apart instead
+/// of B's whole width (with rows of 4 KiB, successive rows fall into one set of the L1 cache
+/// and evict each other). W[j, k] of dense has it first: the tile's vector lanes would gather
+/// W a row apart each, and its copy is stored transposed ([`Step::ReorderStorage`]).
+fn packable_input(dag: &ComputeDag, t: TensorId) -> Option<(TensorId, usize)> {
+    let OpKind::Compute {
+        axes,
+        body: Expr::Reduce { source, .. },
+    } = &dag.op(t).kind
+    else {
+        return None;
+    };
+    let last = axes.last()?.var.id;
+    let mut found = None;
+    source.visit(&mut |e| {
+        if let Expr::Load {
+            tensor, indices, ..
+        } = e
+        {
+            let at = indices
+                .iter()
+                .position(|i| matches!(i, Expr::Var(v) if v.id == last));
+            let uses = |id: u32| indices.iter().any(|i| i.uses_var(id));
+            let reuse = axes.iter().any(|a| !uses(a.var.id));
+            let placeholder = matches!(dag.op(*tensor).kind, OpKind::Placeholder);
+            if let (Some(at), true, true, None) = (at, reuse, placeholder, found) {
+                found = Some((*tensor, at));
+            }
+        }
+    });
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn structures_parse_or_are_refused() {
+        let cpu = MultiLevelTiling::new("SSRSRS").expect("the CPU's");
+        assert_eq!(cpu, MultiLevelTiling::cpu());
+        let gpu = MultiLevelTiling::new("SSSRRSRS").expect("the GPU's");
+        assert_eq!((gpu.spatial_levels, gpu.outer_levels), (5, 3));
+        for bad in ["", "SSS", "RSRS", "SSRR", "SSXS", "ssrsrs"] {
+            assert_eq!(
+                MultiLevelTiling::new(bad),
+                Err(StructureError(bad.to_string())),
+                "{bad}"
+            );
+        }
+    }
+}

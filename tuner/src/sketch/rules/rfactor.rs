@@ -1,0 +1,57 @@
+//! [`Rfactor`]: a reduction with little spatial parallelism (softmax's row reductions,
+//! reduce_sum) gets its innermost reduce loop as vector lanes of partial results.
+
+use super::plain::locate;
+use super::{annotate, Applies, RuleContext, RuleError, SketchBuilder, SketchRule, Variant};
+use tensortune_schedules::trace::Step;
+use tensortune_schedules::TensorId;
+
+/// rfactor of the innermost reduce axis: partial results over vector lanes, then a final sum.
+/// An alternative to [`super::Plain`] for reductions over at least 8 elements (fewer do not
+/// fill a vector).
+pub struct Rfactor;
+
+impl SketchRule for Rfactor {
+    fn name(&self) -> &str {
+        "rfactor"
+    }
+
+    fn applies(&self, cx: &RuleContext, t: TensorId) -> Applies {
+        let info = cx.dag.info(t);
+        let elements: i64 = info.reduce_axes.iter().map(|a| a.extent).product();
+        if info.combiner.is_some() && elements >= 8 {
+            Applies::Yes
+        } else {
+            Applies::No
+        }
+    }
+
+    fn apply(&self, cx: &RuleContext, b: &SketchBuilder, t: TensorId) -> Vec<Variant> {
+        vec![("rfactor".to_string(), rfactor(cx, b, t))]
+    }
+}
+
+fn rfactor(cx: &RuleContext, b: &SketchBuilder, t: TensorId) -> Result<SketchBuilder, RuleError> {
+    let mut b = b.clone();
+    let p = b.pos(t)?;
+    let n = b.stage_leaves(p)? as u32;
+    if n == 0 {
+        return Err(RuleError::NoLoop { stage: p, iter: 0 });
+    }
+    b.split(p, n - 1, 2, Some(cx.lanes(t)))?; // ..., k.0, k.1
+    b.fixed(Step::Rfactor { stage: p, iter: n })?; // rf at p: spatial..., k.1v, k.0
+    let m = b.stage_leaves(p)? as u32;
+    if m < 2 {
+        return Err(RuleError::NoLoop { stage: p, iter: 1 });
+    }
+    let mut order: Vec<u32> = (0..m - 2).collect();
+    order.extend([m - 1, m - 2]);
+    b.fixed(Step::Reorder { stage: p, order })?;
+    let rf = b.tensor(p)?;
+    locate(&mut b, rf)?;
+    annotate(cx, &mut b, p, cx.lanes(t), false)?;
+    let fin = p + 1;
+    locate(&mut b, t)?;
+    annotate(cx, &mut b, fin, cx.lanes(t), false)?;
+    Ok(b)
+}
