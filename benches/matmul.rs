@@ -119,15 +119,15 @@ fn bench(c: &mut Criterion) {
     g.finish();
 }
 
-/// numpy's single-thread GFLOP/s, if python3 with numpy can run the shared script.
+/// numpy's single-thread GFLOP/s, if python3 with numpy can run `benches/numpy_baseline.py`.
 fn numpy_gflops() -> Option<f64> {
-    let script = [
-        "../shared/bench/numpy_baseline.py",
-        "/work/shared/bench/numpy_baseline.py",
-    ]
-    .into_iter()
-    .map(std::path::Path::new)
-    .find(|p| p.exists())?;
+    let script = std::path::Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/benches/numpy_baseline.py"
+    ));
+    if !script.exists() {
+        return None;
+    }
     let out = Command::new("python3")
         .arg(script)
         .arg(SPEC)
