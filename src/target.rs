@@ -4,6 +4,7 @@ use crate::codegen::HostTarget;
 
 /// Where kernels run.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Target {
     /// The host CPU through LLVM, with this many threads for parallel loops.
     Llvm {

@@ -143,6 +143,7 @@ impl Observer for Silent {}
 
 /// Why a run failed (a failed candidate is not a run failure).
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum TuneError {
     /// The records database failed.
     #[error("records database: {0}")]
