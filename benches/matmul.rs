@@ -1,10 +1,10 @@
 //! matmul 512³ f32 on one thread: a hand-written schedule (register-tiled accumulator,
 //! vectorized inner loop, unrolled rows, contiguous B row segments) against the default
 //! schedule and ndarray's `.dot()` (matrixmultiply), then a side-by-side summary that also
-//! runs numpy/OpenBLAS (`shared/bench/numpy_baseline.py`, if python3 and numpy are there) and
+//! runs numpy/OpenBLAS (`benches/numpy_baseline.py`, if python3 and numpy are there) and
 //! the hand schedule compiled for 256-bit vectors, and prints GFLOP/s and ratios.
 //!
-//! Run pinned to one core, as BENCHMARKS.md asks:
+//! Run pinned to one core, as docs/benchmarks.md asks:
 //! `taskset -c 1 cargo bench --bench matmul` (summary only: `-- --summary-only`).
 
 #[path = "hand/mod.rs"]
@@ -119,15 +119,9 @@ fn bench(c: &mut Criterion) {
     g.finish();
 }
 
-/// numpy's single-thread GFLOP/s, if python3 with numpy can run `benches/numpy_baseline.py`.
+/// numpy's single-thread GFLOP/s, if python3 with numpy can run the baseline script.
 fn numpy_gflops() -> Option<f64> {
-    let script = std::path::Path::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/benches/numpy_baseline.py"
-    ));
-    if !script.exists() {
-        return None;
-    }
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/numpy_baseline.py");
     let out = Command::new("python3")
         .arg(script)
         .arg(SPEC)

@@ -9,12 +9,9 @@
 //! one generation phase by phase: lowering, feature extraction, prediction, and the rest
 //! (sampling random programs, fingerprints, ranking).
 //!
-//! Measured on one core of an AMD EPYC (znver5, AVX-512), a shared machine: one generation
-//! took 0.34 s with the random model and 0.43 s with the GBDT model (criterion medians),
-//! about 175-190 us a program; of it, lowering 81%, feature extraction 5%, prediction 2%
-//! (0.1% for the random model), sampling and ranking 13%. Lowering is what to make cheaper.
+//! What it showed is in docs/measurements.md ("Search"): lowering dominates a generation.
 //!
-//! Run pinned to one core, as BENCHMARKS.md asks (the scorer lowers and featurizes in
+//! Run pinned to one core, as docs/benchmarks.md asks (the scorer lowers and featurizes in
 //! parallel, as the tuner does, over the cores it may use):
 //! `taskset -c 1 cargo bench --bench search` (summary only: `-- --summary-only`).
 

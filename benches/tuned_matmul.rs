@@ -9,12 +9,9 @@
 //!   minute; its records are not kept). 64 trials find a good schedule, not the best one:
 //!   point the variable at a longer run's database for the figures worth quoting.
 //!
-//! Measured on one core of an AMD EPYC (znver5, AVX-512), a shared machine, in three runs
-//! (the 64-trial setup twice, a 32-trial database once): tuned / ndarray 1.74-1.79, tuned /
-//! default 108-111 (absolute GFLOP/s moved by 2x between runs with the machine's load; the
-//! ratios did not).
+//! What it showed is in docs/measurements.md ("Tuned matmul").
 //!
-//! Run pinned to one core, as BENCHMARKS.md asks:
+//! Run pinned to one core, as docs/benchmarks.md asks:
 //! `taskset -c 1 cargo bench --bench tuned_matmul` (summary only: `-- --summary-only`).
 
 use criterion::Criterion;

@@ -7,7 +7,6 @@ cd "$(dirname "$0")/.."
 spec="${1:-matmul:M=512,N=512,K=512}"
 trials="${2:-256}"
 bash scripts/setup.sh
-# `cargo run` puts the XGBoost library cargo built on the loader's path.
 cargo run --release --bin tensortune -- tune --workload "$spec" --trials "$trials" --threads 1 --db tuning.db
 cargo run -q --release --bin tensortune -- records --db tuning.db
 echo "records: $(pwd)/tuning.db"

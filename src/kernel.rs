@@ -38,6 +38,7 @@ pub struct ParamSpec {
 
 /// Why a kernel call was refused or failed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
 pub enum RunError {
     /// Wrong number of inputs or outputs.
     #[error("kernel `{kernel}` takes {expected} {what}, got {got}")]
@@ -194,6 +195,7 @@ pub(crate) fn param_specs(func: &LoweredFunc) -> Result<Vec<ParamSpec>, CodegenE
 
 /// Why a schedule state could not be built into a kernel.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
 pub enum BuildError {
     /// Lowering refused the state.
     #[error("lowering: {0}")]
@@ -228,7 +230,7 @@ impl Kernel {
             &crate::build::ReuseOptions::default(),
         )?;
         for w in &choice.warnings {
-            eprintln!("warning: {w}");
+            log::warn!("{w}");
         }
         Ok(kernel)
     }

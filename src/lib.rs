@@ -18,7 +18,17 @@
 //! compiles, runs and emits tuned records (`Kernel::from_records`, [`build`], [`codegen`],
 //! [`measure`]): what a `build.rs` that reuses records needs, at a fraction of the build.
 //!
+//! What a caller needs most is re-exported here: [`WorkloadSpec`], [`Target`],
+//! [`TuneOptions`], [`Kernel`], [`Runtime`], and [`ndarray`] itself.
+//!
+//! The library reports warnings (a record skipped, a fallback taken) and tuning progress
+//! through the [`log`](https://docs.rs/log) facade, so an application decides what is shown;
+//! the `tensortune` binary installs a logger (`-v`, `-q`, `RUST_LOG`).
+//!
 //! The README's example is compiled as a doctest (`ReadmeDoctests`, under `cfg(doctest)`).
+/// The array crate of [`Kernel::run_arrays`] and of the `_nd` wrappers that [`build`] writes,
+/// re-exported so that a caller's arrays are of the same version.
+pub use ndarray;
 pub use tensortune_records as records;
 pub use tensortune_schedules as schedules;
 pub use tensortune_tuner as tuner;
@@ -40,7 +50,9 @@ pub mod tune;
 
 pub use build::{Missing, ReuseError};
 pub use kernel::{BuildError, Kernel, ParamSpec, RunError};
+pub use runtime::Runtime;
 pub use target::{Target, UnknownTarget};
+pub use tensortune_schedules::ops::WorkloadSpec;
 pub use tensortune_tuner::TuneOptions;
 #[cfg(feature = "tuning")]
 pub use tune::{tune, tune_dags, TuneError, TuneReport};

@@ -6,6 +6,7 @@ use tensortune_schedules::target::{TargetKey, TargetKind};
 
 /// Where kernels run.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Target {
     /// The host CPU through LLVM, with this many threads for parallel loops.
     Llvm {

@@ -25,6 +25,7 @@ use tensortune_tuner::TuneOptions;
 
 /// Why tuning failed (failed candidates are not failures of the run).
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum TuneError {
     /// An unknown target.
     #[error(transparent)]
@@ -89,7 +90,12 @@ impl TuneReport {
     }
 }
 
-/// Progress on stderr: a bar on a terminal, a line per round otherwise.
+/// The `log` target of the line per round that [`tune()`] reports where stderr is not a
+/// terminal (at `info` level), so that a logger can show progress without other info lines.
+pub const PROGRESS_LOG_TARGET: &str = "tensortune::progress";
+
+/// Progress: a bar on stderr where it is a terminal, otherwise a line per round logged at
+/// `info` under [`PROGRESS_LOG_TARGET`].
 struct Progress {
     bar: Option<indicatif::ProgressBar>,
     last_line: Instant,
@@ -132,7 +138,8 @@ impl Observer for Progress {
                 } else {
                     0.0
                 };
-                eprintln!(
+                log::info!(
+                    target: PROGRESS_LOG_TARGET,
                     "tune: {}/{} trials, {}: best {best}, {} errors this round, {:.0} s elapsed, ~{:.0} s left",
                     r.trials_done, r.trials_total, r.key, r.errors, r.elapsed_s, left
                 );

@@ -5,7 +5,8 @@
 //! `cargo bench -p tensortune-cost-model --bench cost_model_features`; the per-program time
 //! is the reported time divided by the number of programs (printed first).
 
-use criterion::{black_box, criterion_group, criterion_main, Criterion};
+use criterion::{criterion_group, criterion_main, Criterion};
+use std::hint::black_box;
 use tensortune_cost_model::{CostModel, GbdtModel, GbdtOptions, ProgramFeatures, Sample};
 use tensortune_schedules::ir::LoweredFunc;
 use tensortune_schedules::{lower::lower, ops::WorkloadSpec, random::random_state};

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 /// What can go wrong when training, predicting, saving or loading a cost model.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ModelError {
     /// A sample's throughput is NaN, infinite or negative (failed programs have 0.0).
     #[error("sample {index}: throughput {value} is not a finite, non-negative number")]
@@ -41,10 +42,4 @@ pub enum ModelError {
     /// A target with no records, or an ambiguous choice of target.
     #[error("{0}")]
     NoData(String),
-}
-
-impl From<xgb::XGBError> for ModelError {
-    fn from(e: xgb::XGBError) -> ModelError {
-        ModelError::Xgboost(e.to_string())
-    }
 }

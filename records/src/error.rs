@@ -15,6 +15,7 @@ pub type Result<T, E = RecordsError> = std::result::Result<T, E>;
 
 /// What went wrong while opening, reading or writing a records database.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum RecordsError {
     /// The database file does not exist and the caller asked not to create it.
     #[error("{}: no such records database", path.display())]
@@ -239,6 +240,7 @@ pub struct LineError {
 
 /// What is wrong with one line of a JSON-lines file.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
 pub enum LineErrorKind {
     /// The line is not UTF-8.
     #[error("the line is not UTF-8 text")]

@@ -52,6 +52,7 @@ impl Workload {
 
 /// How a failed measurement failed. Stored as the lower-case name in `records.error_kind`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
 pub enum ErrorKind {
     /// The candidate did not compile (lowering, codegen, NVRTC).
     Compile,

@@ -19,6 +19,7 @@ pub struct ValidWorkload {
 
 /// Why a validator rejected a record. Cheap to construct: plain strings, no rendering.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ValidationError {
     /// The spec names an op the library does not have.
     #[error("unknown op {op:?}")]

@@ -13,6 +13,7 @@ use std::collections::HashSet;
 
 /// Why a graph is not a valid DAG.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[non_exhaustive]
 pub enum DagError {
     /// No outputs were given.
     #[error("a compute DAG needs at least one output")]

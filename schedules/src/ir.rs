@@ -82,6 +82,7 @@ pub enum ForKind {
 
 /// Memory scope of a buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
 pub enum Scope {
     /// Main memory (CPU heap, GPU global memory).
     Global,

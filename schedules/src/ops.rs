@@ -96,6 +96,7 @@ pub const OPS: &[OpDesc] = &[
 
 /// Why a workload spec is not valid.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[non_exhaustive]
 pub enum SpecError {
     /// Nothing before the colon, or no colon.
     #[error("malformed workload spec `{}`: expected NAME:KEY=VALUE,... (e.g. matmul:M=64,N=64,K=64)", single_line(.spec))]

@@ -24,6 +24,7 @@ pub enum Value {
 
 /// A failure while evaluating.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[non_exhaustive]
 pub enum EvalError {
     /// Integer division or modulo by zero.
     #[error("integer division by zero in `{0}`")]

@@ -173,6 +173,7 @@ pub struct SketchRef {
 
 /// A trace that cannot be read or does not fit its DAG.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[non_exhaustive]
 pub enum TraceError {
     /// Not a JSON trace.
     #[error("malformed trace JSON: {0}")]

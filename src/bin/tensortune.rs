@@ -20,8 +20,60 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[command(name = "tensortune", version, about, propagate_version = true)]
 #[command(after_help = "Example:\n  tensortune records --db tune.db")]
 struct Cli {
+    #[command(flatten)]
+    log: LogArgs,
     #[command(subcommand)]
     command: Command,
+}
+
+/// What the library's log lines show; given before or after the subcommand.
+#[derive(Debug, clap::Args)]
+struct LogArgs {
+    /// More log lines: -v info, -vv debug, -vvv trace. Without -v or -q, `RUST_LOG` decides
+    /// (`env_logger` syntax); unset, warnings and progress are shown.
+    #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+    /// Errors only: no warnings and no progress lines (a progress bar on a terminal is
+    /// `tune --quiet`).
+    #[arg(short = 'q', global = true, conflicts_with = "verbose")]
+    log_quiet: bool,
+}
+
+/// Installs the logger: warnings as `warning: ...`, progress lines as they are, other levels
+/// with their level and module, all on stderr.
+fn init_logger(args: &LogArgs) {
+    use std::io::Write as _;
+    let filter = match (args.log_quiet, args.verbose) {
+        (true, _) => Some("error".to_string()),
+        (false, 0) => None,
+        (false, 1) => Some("info".to_string()),
+        (false, 2) => Some("debug".to_string()),
+        (false, _) => Some("trace".to_string()),
+    };
+    let default = format!("warn,{}=info", tensortune::tune::PROGRESS_LOG_TARGET);
+    let mut builder = match filter {
+        Some(f) => {
+            let mut b = env_logger::Builder::new();
+            b.parse_filters(&f);
+            b
+        }
+        None => {
+            env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default))
+        }
+    };
+    builder.format(|buf, record| match (record.level(), record.target()) {
+        (_, tensortune::tune::PROGRESS_LOG_TARGET) => writeln!(buf, "{}", record.args()),
+        (log::Level::Error, _) => writeln!(buf, "error: {}", record.args()),
+        (log::Level::Warn, _) => writeln!(buf, "warning: {}", record.args()),
+        (level, target) => writeln!(
+            buf,
+            "[{} {target}] {}",
+            level.as_str().to_lowercase(),
+            record.args()
+        ),
+    });
+    // Only fails if a logger is already installed, which nothing here does.
+    let _ = builder.try_init();
 }
 
 #[derive(Debug, Subcommand)]
@@ -112,6 +164,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    init_logger(&cli.log);
     match std::panic::catch_unwind(|| run(cli.command)) {
         Ok(Ok(())) => ExitCode::SUCCESS,
         Ok(Err(e)) => {

@@ -9,6 +9,7 @@ use tensortune_schedules::ops::SpecError;
 /// Why compile-time reuse failed. Every variant names what the user can act on: the
 /// workload, the target, the database and, where the database has other targets, those.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ReuseError {
     /// A workload spec did not parse or build.
     #[error("workload `{spec}`: {source}")]

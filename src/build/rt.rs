@@ -324,7 +324,7 @@ impl<T: Element + std::fmt::Debug> std::fmt::Debug for AlignedVec<T> {
 }
 
 fn is_aligned<T>(p: *const T) -> bool {
-    p as usize % ALIGN == 0
+    (p as usize).is_multiple_of(ALIGN)
 }
 
 /// An input as the kernel sees it: the caller's slice where it is aligned, else a copy.

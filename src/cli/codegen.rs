@@ -112,7 +112,7 @@ pub fn codegen(args: &CodegenArgs, out: &mut dyn Write) -> Result<(), CliError> 
         };
         let c = compile_object(db.as_ref(), &spec, &key, missing, &opts).map_err(reuse_error)?;
         for w in &c.warnings {
-            eprintln!("warning: {w}");
+            log::warn!("{w}");
         }
         let header_path = header_path.unwrap_or_else(|| path.with_extension("h"));
         let guard: String = header_path
@@ -152,7 +152,7 @@ pub fn codegen(args: &CodegenArgs, out: &mut dyn Write) -> Result<(), CliError> 
             let choice = crate::build::choose_named(db, &spec, &key, missing, Some(&symbol))
                 .map_err(reuse_error)?;
             for w in &choice.warnings {
-                eprintln!("warning: {w}");
+                log::warn!("{w}");
             }
             choice.func
         }

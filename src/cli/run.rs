@@ -62,7 +62,7 @@ fn schedule_from(
                 .and_then(|t| t.replay(dag))
             {
                 Ok(s) => return Ok((s, "best record")),
-                Err(e) => eprintln!("tensortune: skipping a record that does not replay: {e}"),
+                Err(e) => log::warn!("skipping a record that does not replay: {e}"),
             }
         }
     }

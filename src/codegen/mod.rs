@@ -15,6 +15,7 @@ pub use target::HostTarget;
 
 /// Why a loop IR function could not be compiled.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
 pub enum CodegenError {
     /// The IR breaks one of its invariants (an unbound variable, a buffer id out of range,
     /// a dtype mismatch, a loop inside a vectorized loop...).

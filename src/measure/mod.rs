@@ -91,7 +91,7 @@ impl Default for MeasureOptions {
         MeasureOptions {
             repeat: 5,
             warmup: 1,
-            // BENCHMARKS.md: timings of at least 100 ms swamp timer noise.
+            // docs/benchmarks.md: timings of at least 100 ms swamp timer noise.
             min_repeat_ms: 100.0,
             flush_cache: false,
             threads: 1,

@@ -9,6 +9,7 @@ pub const BUFFER_ALIGN: usize = 64;
 
 /// Why a buffer could not be made or read.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
 pub enum BufferError {
     /// A negative extent, or a byte size that overflows.
     #[error("invalid shape {shape:?} for {dtype}")]

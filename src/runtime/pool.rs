@@ -196,6 +196,7 @@ mod tests {
     use std::sync::atomic::AtomicI64;
 
     unsafe extern "C" fn count(closure: *mut c_void, begin: i64, end: i64) -> i32 {
+        // SAFETY: every caller below passes a pointer to an AtomicI64 that outlives the call.
         let sum = unsafe { &*(closure as *const AtomicI64) };
         for i in begin..end {
             sum.fetch_add(i, Ordering::SeqCst);
@@ -210,6 +211,8 @@ mod tests {
             for n in [1i64, 2, 5, 100] {
                 let sum = AtomicI64::new(0);
                 let t = rt.table();
+                // SAFETY: the table of a live runtime, a callback of the expected signature,
+                // and a closure that outlives the call.
                 let code = unsafe {
                     ((*t).parallel_for)(t, n, count, &sum as *const AtomicI64 as *mut c_void)
                 };
@@ -220,6 +223,7 @@ mod tests {
     }
 
     unsafe extern "C" fn calls(closure: *mut c_void, _begin: i64, _end: i64) -> i32 {
+        // SAFETY: the caller below passes a pointer to an AtomicI64 that outlives the call.
         let n = unsafe { &*(closure as *const AtomicI64) };
         n.fetch_add(1, Ordering::SeqCst);
         0
@@ -238,9 +242,12 @@ mod tests {
         let rt = Runtime::new(2).expect("pool");
         let t = rt.table();
         let n = AtomicI64::new(0);
+        // SAFETY: the table of a live runtime, a callback of the expected signature, and a
+        // closure that outlives the call.
         let code =
             unsafe { ((*t).parallel_for)(t, 10, calls, &n as *const AtomicI64 as *mut c_void) };
         assert_eq!((code, n.load(Ordering::SeqCst)), (0, 2));
+        // SAFETY: as above; this callback never reads its closure, which may be null.
         let code = unsafe { ((*t).parallel_for)(t, 10, fail_on_second_half, std::ptr::null_mut()) };
         assert_eq!(code, 7);
     }
@@ -249,6 +256,7 @@ mod tests {
     fn alloc_is_aligned_and_frees() {
         let rt = Runtime::serial();
         let t = rt.table();
+        // SAFETY: the table of a live runtime; the block is freed once, by the same table.
         unsafe {
             let p = ((*t).alloc)(t, 1000);
             assert!(!p.is_null());

@@ -68,6 +68,7 @@ impl Timing {
 
 /// What went wrong with a candidate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
 pub enum MeasureErrorKind {
     /// The schedule did not lower to loop IR.
     Lower,

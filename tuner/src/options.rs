@@ -23,13 +23,8 @@ pub struct TuneOptions {
     pub threads: usize,
     /// Programs per generation of the evolutionary search (Ansor: 2048; TVM's MetaSchedule:
     /// 512). 512: scoring a generation (lowering and featurizing every program) is the
-    /// search's whole cost. On an AVX-512 EPYC (znver4), one core, 256 trials, interleaved
-    /// runs: the ResNet-50 conv2d layer, seeds 0-2, reached 106.4, 105.2 and 102.4 GFLOP/s
-    /// re-measured at 512 (with 50 boosting rounds; search 1.0-1.2 s) against 97.9, 93.8 and
-    /// 97.1 at 1024 (100 rounds; search 2.1-2.4 s), and 110.0, 108.2 and 89.9 at 512 with 100
-    /// rounds; matmul 1024³, seeds 0-1, 104.7 and 101.4 at 512 (numpy: 87.6) against 105.9 and
-    /// 103.5 at 1024. Earlier, on an AVX2 EPYC, 2048 had found no better programs than 1024
-    /// for 2x the search time.
+    /// search's whole cost, and larger populations found no faster programs in side-by-side
+    /// runs (docs/measurements.md, "Population").
     pub population: usize,
     /// Generations per round (Ansor: 4).
     pub generations: usize,
@@ -51,14 +46,8 @@ pub struct TuneOptions {
     pub imperfect_tile_prob: f64,
     /// Programs whose loop IR, with unrolled loops copied out, holds more statements than
     /// this are not proposed (`None`: no limit; see `Stmt::unrolled_copies`). Compile time
-    /// grows with that count and these programs are slow: in three conv2d runs (ResNet-50
-    /// layer, 256 trials, one core of an AMD EPYC znver4) the 4-7 programs over 128 took
-    /// 100-230 ms each to compile against 30-40 ms for most, 5-10% of all compile time, and
-    /// the fastest of them ran at 33 GFLOP/s where the best reached 100; the best held 4-50
-    /// statements, matmul 1024³'s best 3-66. Side by side on seeds 0-2, with the limit against
-    /// without: compiling 6.7, 8.3 and 7.3 s against 8.4, 9.0 and 7.7 s; best re-measured
-    /// 89.5, 102.2 and 88.1 GFLOP/s against 100.0, 88.9 and 105.5 (within the spread between
-    /// runs of one setting).
+    /// grows with that count and such programs were slow where measured, while the best
+    /// programs held far fewer statements (docs/measurements.md, "Unrolled statements").
     pub max_unrolled_statements: Option<i64>,
     /// A candidate whose first run is this many times slower than the best so far is timed
     /// once and recorded as cut short (TVM spent minutes timing hopeless candidates fully).

@@ -216,6 +216,7 @@ impl From<MeasureErrorKind> for ErrorKind {
 
 /// Why a run failed (a failed candidate is not a run failure).
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum TuneError {
     /// The records database failed.
     #[error("records database: {0}")]

@@ -34,9 +34,8 @@
 
 use std::path::Path;
 
+use super::xgboost::{self, Booster, DMatrix};
 use serde::{Deserialize, Serialize};
-use xgb::parameters::BoosterParameters;
-use xgb::{Booster, DMatrix};
 
 use super::random::RandomModel;
 use super::{validate, CostModel, Sample};
@@ -77,22 +76,12 @@ impl Objective {
 pub struct GbdtOptions {
     /// The loss (default `rank:pairwise`: see the module documentation for the comparison).
     pub objective: Objective,
-    /// Boosting rounds per training (trees in the model). 50: on the held-out split of
-    /// `tensortune model eval` over nine tuning databases of an AVX-512 EPYC (znver4; eight of
-    /// the ResNet conv2d layer, one of matmul 1024³), three split seeds each, the mean pairwise
-    /// accuracy was 0.828 at 50 rounds, 0.827 at 100 and 0.828 at 30, in about half the
-    /// training time of 100; tuning runs then spent 0.7-0.9 s in the model against 1.4-1.6 s
-    /// and found programs as fast (see `TuneOptions::population`). Earlier, on six databases of
-    /// an AVX2 EPYC, 100 ranked as well as 200 and 50 lost up to 0.03 on some.
+    /// Boosting rounds per training (trees in the model). 50: held-out ranking was as good as
+    /// with 100 in half the training time (docs/measurements.md, "Cost model").
     pub rounds: u32,
     /// Maximum tree depth. 6 (XGBoost's default; Ansor uses 10): a tuning run's training set
-    /// is a few hundred programs. With `tensortune model eval` on twelve tuning databases of
-    /// an AVX-512 EPYC (znver4: five of the ResNet conv2d layer, four of matmul 1024³, three
-    /// of dense 64×512×784), three split seeds each, depths 4 to 10 ranked
-    /// held-out programs alike (mean pairwise accuracy 0.825-0.831 on the first six), and
-    /// depth 6 with 32 bins scored 0.831/0.816 pairwise, 0.845/0.824 Spearman and 0.389/0.533
-    /// top-5 recall (first six/other six) against 0.826/0.818, 0.837/0.816 and 0.389/0.522 at
-    /// depth 10 with 64 bins, in 0.3x the training time.
+    /// is a few hundred programs, and depths 4 to 10 ranked held-out programs alike
+    /// (docs/measurements.md, "Cost model").
     pub max_depth: u32,
     /// Histogram bins per feature (`hist` tree method). 32, against XGBoost's default of
     /// 256 (see `max_depth` for the measurements; on an AVX2 host earlier, 32, 64 and 256
@@ -247,7 +236,7 @@ impl GbdtModel {
         let booster =
             match &self.booster {
                 Some(b) => {
-                    let bytes = b.save_buffer(false)?;
+                    let bytes = b.save_json()?;
                     Some(String::from_utf8(bytes).map_err(|e| {
                         ModelError::Xgboost(format!("model JSON is not UTF-8: {e}"))
                     })?)
@@ -311,8 +300,7 @@ impl GbdtModel {
         file.options.check().map_err(|e| bad(e.to_string()))?;
         let booster = match &file.booster {
             Some(json) => {
-                let mut b =
-                    Booster::load_buffer(json.as_bytes()).map_err(|e| bad(e.to_string()))?;
+                let mut b = Booster::load_json(json.as_bytes()).map_err(|e| bad(e.to_string()))?;
                 b.set_param("nthread", &file.options.threads.to_string())?;
                 b.set_param("verbosity", "0")?;
                 Some(b)
@@ -339,8 +327,7 @@ impl GbdtModel {
         if let Some(w) = &data.weights {
             dtrain.set_weights(w)?;
         }
-        let mut booster =
-            Booster::new_with_cached_dmats(&BoosterParameters::default(), &[&dtrain])?;
+        let mut booster = Booster::new(&[&dtrain])?;
         let o = &self.options;
         let objective = match o.objective {
             // The gradient comes from `pack_sum_squared_error`; the built-in objective only
@@ -507,16 +494,13 @@ impl TrainingData {
 }
 
 /// Sets XGBoost's global verbosity to errors only, once per process: otherwise it prints
-/// warnings on stderr (e.g. that `XGDMatrixSetUIntInfo`, which the `xgb` crate uses to set
-/// groups, is deprecated) in the middle of a tuning run's progress output.
+/// warnings on stderr (e.g. that `XGDMatrixSetUIntInfo`, with which [`DMatrix::set_group`]
+/// sets groups, is deprecated) in the middle of a tuning run's progress output.
 fn quiet_xgboost() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
-        // SAFETY: the argument is a NUL-terminated JSON string that XGBoost only reads during
-        // the call; the call has no other precondition.
-        let status = unsafe { xgboost_sys::XGBSetGlobalConfig(c"{\"verbosity\": 0}".as_ptr()) };
         // A failure only leaves the warnings on.
-        let _ = status;
+        let _ = xgboost::set_global_config(r#"{"verbosity": 0}"#);
     });
 }
 
@@ -548,11 +532,9 @@ pub(crate) fn normalized_targets(samples: &[Sample]) -> Vec<f64> {
 fn pack_sum_squared_error(preds: &[f32], dtrain: &DMatrix) -> (Vec<f32>, Vec<f32>) {
     let n = preds.len();
     let zeros = || (vec![0.0; n], vec![0.0; n]);
-    let (Ok(labels), Ok(weights), Ok(bounds)) = (
-        dtrain.get_labels(),
-        dtrain.get_weights(),
-        dtrain.get_group(),
-    ) else {
+    let (Ok(labels), Ok(weights), Ok(bounds)) =
+        (dtrain.labels(), dtrain.weights(), dtrain.group_bounds())
+    else {
         return zeros();
     };
     if labels.len() != n || bounds.last().map(|&b| b as usize) != Some(n) {

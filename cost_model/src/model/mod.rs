@@ -12,6 +12,7 @@
 
 pub mod gbdt;
 pub mod random;
+mod xgboost;
 
 use crate::error::ModelError;
 use crate::features::ProgramFeatures;

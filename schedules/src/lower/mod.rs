@@ -30,6 +30,7 @@ use rustc_hash::FxHashMap as HashMap;
 
 /// Why a state does not lower.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[non_exhaustive]
 pub enum LowerError {
     /// A vectorized loop that is not innermost in its nest.
     #[error("stage `{stage}`, loop `{iter}`: a vectorized loop must be innermost with nothing computed inside it")]

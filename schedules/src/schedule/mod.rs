@@ -221,6 +221,7 @@ impl Stage {
 
 /// Why a primitive does not apply. Names the stage (and loop) involved.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ScheduleError {
     /// Stage position out of range.
     #[error("no stage at position {index} (the state has {count})")]

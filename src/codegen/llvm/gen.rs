@@ -163,7 +163,7 @@ pub(super) fn emit_kernel<'ctx>(
         .ok_or_else(|| CodegenError::Llvm("missing parameter".into()))?;
     let mut call_args: Vec<BasicMetadataValueEnum> = Vec::new();
     for i in 0..func.params.len() {
-        // SAFETY (LLVM-level): the packed ABI passes one pointer per parameter.
+        // SAFETY: (for LLVM) the packed ABI passes one pointer per parameter.
         let slot = unsafe {
             g.b.build_in_bounds_gep(
                 ptr,
@@ -331,7 +331,7 @@ impl<'ctx> Gen<'ctx, '_> {
         let base = self.buf_ptr(buf)?;
         let ty = self.mem_ty(self.decl(buf)?.dtype);
         let idx = self.index(index)?;
-        // SAFETY (LLVM-level): indices are in bounds by the IR's invariant.
+        // SAFETY: (for LLVM) indices are in bounds by the IR's invariant.
         Ok(unsafe { self.b.build_in_bounds_gep(ty, base, &[idx], "p")? })
     }
 

@@ -472,7 +472,7 @@ impl<'ctx> Gen<'ctx, '_> {
         idx: IntValue<'ctx>,
     ) -> Res<PointerValue<'ctx>> {
         let base = self.buf_ptr(buf)?;
-        // SAFETY (LLVM-level): in bounds for the active lanes by the IR's invariant.
+        // SAFETY: (for LLVM) in bounds for the active lanes by the IR's invariant.
         Ok(unsafe { self.b.build_in_bounds_gep(elem, base, &[idx], "vp")? })
     }
 

@@ -133,6 +133,7 @@ pub struct Sketch {
 
 /// Why decisions do not instantiate a sketch.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[non_exhaustive]
 pub enum SketchError {
     /// Wrong number or shape of decisions.
     #[error("decisions do not fit sketch `{0}`")]
