@@ -1,21 +1,67 @@
 #!/usr/bin/env bash
-# Installs what tensortune needs on a fresh Debian machine, only what is missing:
-# LLVM 19 (linked statically through inkwell), the build tools of XGBoost's bundled source,
-# numpy for the baseline benchmarks, and Debian's chromium, in which a test renders the HTML of
-# `tensortune report`. Safe to run again.
+# Installs what tensortune needs on a Debian machine, and only what is missing. Each need is
+# checked by what it provides (a command, a library, a header), not by a package name, so a
+# tool installed some other way counts:
+#   LLVM 19 (llvm-config-19, linked statically through inkwell, with Polly and zstd);
+#   the build tools of XGBoost's bundled C++ source (cmake, ninja, a C++ compiler, libclang);
+#   with --for-tests, also Debian's chromium (a test renders `tensortune report` in it) and
+#   numpy (the baseline benchmarks).
+#
+#   bash scripts/setup.sh [--for-tests]
+#
+# As root it runs apt-get itself; otherwise through sudo only when sudo needs no password.
+# When it cannot install, it prints the exact command to run and exits 1. Safe to run again.
 set -euo pipefail
-need=()
-have() { dpkg -s "$1" >/dev/null 2>&1; }
-for p in llvm-19-dev libpolly-19-dev libzstd-dev clang libclang-dev cmake ninja-build chromium; do
-  have "$p" || need+=("$p")
+for_tests=0
+for a in "$@"; do
+  case "$a" in
+    --for-tests) for_tests=1 ;;
+    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "setup: unknown argument '$a' (expected --for-tests)" >&2; exit 2 ;;
+  esac
 done
-if [ "${#need[@]}" -gt 0 ]; then
-  echo "setup: installing ${need[*]}" >&2
-  SUDO=""
-  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+
+need=()
+has_cmd() { command -v "$1" >/dev/null 2>&1; }
+# A file that some candidate path holds (globs allowed).
+has_file() { local f; for f in "$@"; do [ -e "$f" ] && return 0; done; return 1; }
+
+has_cmd llvm-config-19 || need+=(llvm-19-dev)
+if has_cmd llvm-config-19; then
+  libdir="$(llvm-config-19 --libdir)"
+  has_file "$libdir"/libPolly.a || need+=(libpolly-19-dev)
 fi
-if ! python3 -c 'import numpy' >/dev/null 2>&1; then
-  python3 -m pip install -q numpy threadpoolctl >/dev/null 2>&1 || echo "setup: numpy not installed (only the baseline benchmark needs it)" >&2
+has_file /usr/include/zstd.h /usr/local/include/zstd.h || need+=(libzstd-dev)
+has_cmd cmake || need+=(cmake)
+has_cmd ninja || need+=(ninja-build)
+has_cmd c++ || has_cmd g++ || has_cmd clang++ || need+=(clang)
+# bindgen (XGBoost's raw bindings) loads libclang at build time.
+if [ -z "${LIBCLANG_PATH:-}" ]; then
+  has_file /usr/lib/llvm-*/lib/libclang*.so* /usr/lib/x86_64-linux-gnu/libclang*.so* \
+    /usr/lib/aarch64-linux-gnu/libclang*.so* || need+=(libclang-dev)
+fi
+if [ "$for_tests" -eq 1 ]; then
+  has_cmd chromium || has_cmd chromium-browser || [ -n "${TENSORTUNE_CHROMIUM:-}" ] || need+=(chromium)
+fi
+
+if [ "${#need[@]}" -gt 0 ]; then
+  line="apt-get install -y ${need[*]}"
+  if [ "$(id -u)" -eq 0 ]; then
+    sudo=""
+  elif has_cmd sudo && sudo -n true 2>/dev/null; then
+    sudo="sudo"
+  else
+    echo "setup: missing: ${need[*]}" >&2
+    echo "setup: install them with:  sudo apt-get update && sudo $line" >&2
+    echo "setup: (or run the scripts with --skip-setup once they are installed another way)" >&2
+    exit 1
+  fi
+  echo "setup: installing ${need[*]}" >&2
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+if [ "$for_tests" -eq 1 ] && ! python3 -c 'import numpy' >/dev/null 2>&1; then
+  python3 -m pip install -q numpy threadpoolctl >/dev/null 2>&1 ||
+    echo "setup: numpy not installed (only the baseline benchmark needs it)" >&2
 fi
