@@ -1,5 +1,5 @@
 //! [`Kernel`]: a lowered function compiled into this process (LLVM's ORC JIT, see
-//! [`crate::codegen::llvm::jit`]), with checked calls.
+//! `codegen::llvm::jit`), with checked calls.
 //!
 //! A kernel owns its machine code in the JIT (freed when the kernel is dropped) and remembers
 //! the dtype and shape of every parameter, so that

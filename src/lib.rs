@@ -25,6 +25,23 @@
 //! through the [`log`](https://docs.rs/log) facade, so an application decides what is shown;
 //! the `tensortune` binary installs a logger (`-v`, `-q`, `RUST_LOG`).
 //!
+//! A kernel from a workload's default schedule, run on `ndarray` data (tuning finds a faster
+//! schedule for the same call: `tune()`, then [`Kernel::from_state`] on its best state):
+//!
+//! ```
+//! use tensortune::ndarray::Array2;
+//! use tensortune::schedules::schedule::State;
+//! use tensortune::{Kernel, Runtime, WorkloadSpec};
+//!
+//! let spec = WorkloadSpec::parse("matmul:M=8,N=6,K=4")?;
+//! let kernel = Kernel::from_state(&State::new(&spec.build()?), &Default::default())?;
+//! let a = Array2::<f32>::from_shape_fn((8, 4), |(i, k)| (i + k) as f32);
+//! let b = Array2::<f32>::from_shape_fn((4, 6), |(k, j)| (k * j) as f32);
+//! let c = kernel.run_arrays(&Runtime::serial(), &[a.view().into_dyn(), b.view().into_dyn()])?;
+//! assert_eq!(c[0][[7, 5]], (0..4).map(|k| ((7 + k) * k * 5) as f32).sum::<f32>());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! The README's example is compiled as a doctest (`ReadmeDoctests`, under `cfg(doctest)`).
 /// The array crate of [`Kernel::run_arrays`] and of the `_nd` wrappers that [`build`] writes,
 /// re-exported so that a caller's arrays are of the same version.

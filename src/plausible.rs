@@ -14,7 +14,7 @@ const SLACK: f64 = 100.0;
 const MAX_CLOCK_GHZ: f64 = 6.0;
 
 /// The most FLOP/s a record of `target_key` may claim: for a CPU key, `SLACK` times
-/// threads × vector lanes of f32 × 2 FMA units × 2 flops × [`MAX_CLOCK_GHZ`] (lanes from the
+/// threads × vector lanes of f32 × 2 FMA units × 2 flops × `MAX_CLOCK_GHZ` (lanes from the
 /// key's `-mattr`: AVX-512F 16, AVX 8, else 4); for any other key the target-blind limit of
 /// the records crate.
 pub fn max_flops_per_s(target_key: &str) -> f64 {

@@ -7,7 +7,7 @@
 //! pub fn matmul_k64_m64_n64_nd(a: ArrayView2<f32>, b: ArrayView2<f32>) -> Result<Array2<f32>, Error>
 //! ```
 //!
-//! (the second only with [`super::Options::ndarray`]). Slices are row-major and must have
+//! (the second only with [`super::Build::ndarray`]). Slices are row-major and must have
 //! exactly the element count of the parameter's shape; arrays must have its shape, in any
 //! layout. The wrappers pass 64-byte aligned slices to the kernel as they are and copy others
 //! into aligned buffers first, because the kernels' parameters are declared `align 64`. The

@@ -453,7 +453,7 @@ impl<'a> Tuner<'a> {
         }
     }
 
-    /// Tunes the tasks; see the module doc. Each round is the phases [`Tuner::propose`],
+    /// Tunes the tasks; see the module doc. Each round is the phases propose (`Tuner::propose`),
     /// measure, record, learn and report.
     pub fn run(
         &mut self,

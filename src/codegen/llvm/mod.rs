@@ -6,9 +6,9 @@
 //!
 //! - `Serial` loops are counted loops; `Unrolled` loops are real copies of the body with the
 //!   loop variable a constant (so indices of register tiles fold and SROA keeps the tiles in
-//!   registers); `Parallel` loops are outlined (see [`gen`]) and run through
+//!   registers); `Parallel` loops are outlined (see `gen.rs`) and run through
 //!   `rt->parallel_for`, and run serially when nested in another parallel loop.
-//! - `Vectorized` loops are compiled once with explicit `<N x T>` values (see [`vector`]):
+//! - `Vectorized` loops are compiled once with explicit `<N x T>` values (see `vector.rs`):
 //!   contiguous accesses become vector loads and stores, loop-invariant ones scalar loads that
 //!   are broadcast, any other access a gather or scatter; an `If` whose condition varies across
 //!   lanes becomes a mask on the loads and stores under it. A body whose lanes could see one
