@@ -1,12 +1,22 @@
-//! `tensortune run`, `tensortune codegen` and `tensortune tune` (`--task-scheduler`, a
-//! negative `--max-unrolled-statements`) end to end:
-//! `.npy` in and out, errors as exit status 2 with one line.
+//! `tensortune run` (`--threads 0`, `--timeout`), `tensortune codegen`, `tensortune tune`
+//! (`--task-scheduler`, a negative `--max-unrolled-statements`) and `tensortune completions`
+//! end to end: `.npy` in and out, errors as exit status 2 with one line.
 
 use ndarray::{Array2, ArrayD};
 use std::process::Command;
 
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_tensortune"))
+}
+
+/// The JSON a run that must have succeeded printed on stdout.
+fn json_of_success(out: &std::process::Output) -> serde_json::Value {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("json")
 }
 
 #[test]
@@ -34,12 +44,7 @@ fn run_reads_and_writes_npy() {
         .arg(&pc)
         .output()
         .expect("runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let v = json_of_success(&out);
     assert!(v["median_s"].as_f64().expect("median") > 0.0);
     let c: ArrayD<f32> = ndarray_npy::read_npy(&pc).expect("read c");
     let want = a.dot(&b).into_dyn();
@@ -138,8 +143,13 @@ fn tune_takes_a_task_scheduler() {
     let out = tune("fastest");
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
+    // One line of error (naming the values that would do) and clap's one-line hint.
+    let first = err.lines().next().unwrap_or("");
     assert!(
-        err.contains("round-robin") && err.lines().count() == 1,
+        first.contains("fastest")
+            && first.contains("round-robin")
+            && first.contains("gradient")
+            && err.lines().count() == 2,
         "{err}"
     );
     let _ = std::fs::remove_dir_all(&dir);
@@ -162,4 +172,78 @@ fn tune_rejects_a_negative_unrolled_statement_limit() {
     // Nothing was tuned: the database was not even created.
     assert!(!db.exists());
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn completions_are_printed_for_each_shell() {
+    for shell in ["bash", "zsh", "fish"] {
+        let out = bin().args(["completions", shell]).output().expect("runs");
+        assert!(
+            out.status.success(),
+            "{shell}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let script = String::from_utf8_lossy(&out.stdout);
+        // The script names the binary and offers its subcommands, their flags (fish spells
+        // them `-l workload`, hence no dashes here) and the values a flag takes.
+        for word in ["tensortune", "tune", "export", "workload", "round-robin"] {
+            assert!(script.contains(word), "{shell} completions lack {word}");
+        }
+    }
+    let out = bin()
+        .args(["completions", "cmd.exe"])
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn run_takes_every_core_with_threads_zero() {
+    let out = bin()
+        .args([
+            "run",
+            "--workload",
+            "matmul:M=16,N=16,K=16",
+            "--threads",
+            "0",
+        ])
+        .args(["--repeat", "1", "--min-repeat-ms", "0", "--json"])
+        .output()
+        .expect("runs");
+    let v = json_of_success(&out);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+    assert_eq!(v["threads"].as_u64(), Some(cores), "{v}");
+    // A count past the machine's cores is still refused.
+    let out = bin()
+        .args(["run", "--workload", "matmul:M=16,N=16,K=16", "--threads"])
+        .arg("100000")
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn run_gives_up_after_its_timeout() {
+    // The default schedule of this matmul takes about a second on one core: far past 1 ms.
+    let start = std::time::Instant::now();
+    let out = bin()
+        .args(["run", "--workload", "matmul:M=1024,N=1024,K=1024"])
+        .args(["--timeout", "0.001"])
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--timeout") && err.lines().count() == 1,
+        "{err}"
+    );
+    // It stopped waiting rather than finishing the run.
+    assert!(start.elapsed() < std::time::Duration::from_secs(30));
+    for bad in ["0", "-1", "nan"] {
+        let out = bin()
+            .args(["run", "--workload", "matmul:M=4,N=4,K=4", "--timeout", bad])
+            .output()
+            .expect("runs");
+        assert_eq!(out.status.code(), Some(2), "--timeout {bad}");
+    }
 }

@@ -18,7 +18,9 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// Search-based schedule tuning for tensor programs.
 #[derive(Debug, Parser)]
 #[command(name = "tensortune", version, about, propagate_version = true)]
-#[command(after_help = "Example:\n  tensortune records --db tune.db")]
+#[command(
+    after_help = "Examples:\n  tensortune tune --workload matmul:M=512,N=512,K=512 --trials 64 --db tune.db\n  tensortune records --db tune.db"
+)]
 struct Cli {
     #[command(flatten)]
     log: LogArgs,
@@ -104,6 +106,15 @@ enum Command {
     Run(cli::run::RunArgs),
     /// Print the loop IR, LLVM IR or assembly of a workload's default schedule.
     Codegen(cli::codegen::CodegenArgs),
+    /// Print a shell completion script for bash, zsh, fish, elvish or powershell.
+    #[command(
+        after_help = "Examples:\n  tensortune completions bash > ~/.local/share/bash-completion/completions/tensortune\n  tensortune completions zsh > ~/.zfunc/_tensortune\n  tensortune completions fish > ~/.config/fish/completions/tensortune.fish"
+    )]
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }
 
 fn run(command: Command) -> Result<(), CliError> {
@@ -126,6 +137,13 @@ fn run(command: Command) -> Result<(), CliError> {
         Command::Report(args) => cli::report::report(&args, &mut out),
         Command::Run(args) => cli::run::run(&args, &mut out),
         Command::Codegen(args) => cli::codegen::codegen(&args, &mut out),
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            let mut buf = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "tensortune", &mut buf);
+            out.write_all(&buf)
+                .map_err(|e| CliError::Internal(e.to_string()))
+        }
     }
 }
 
@@ -159,7 +177,15 @@ fn main() -> ExitCode {
                 .lines()
                 .find(|l| !l.trim().is_empty())
                 .unwrap_or("error");
-            eprintln!("tensortune: {}", first.trim_start_matches("error: "));
+            // An invalid value names what would have been accepted on the same line, since the
+            // rest of clap's rendering (where it says so) is dropped.
+            let valid = match e.get(clap::error::ContextKind::ValidValue) {
+                Some(clap::error::ContextValue::Strings(v)) if !v.is_empty() => {
+                    format!(" (possible values: {})", v.join(", "))
+                }
+                _ => String::new(),
+            };
+            eprintln!("tensortune: {}{valid}", first.trim_start_matches("error: "));
             eprintln!("For more information, try '--help'.");
             return ExitCode::from(2);
         }

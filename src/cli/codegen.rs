@@ -45,7 +45,7 @@ pub struct CodegenArgs {
     /// Target key records are looked up under (default: this CPU with `--threads`).
     #[arg(long, value_name = "KEY")]
     pub target: Option<String>,
-    /// Threads of the default target key.
+    /// Threads of the default target key (0: every core).
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
     /// Use the default schedule (with a warning) where the database has no usable record,
@@ -89,10 +89,10 @@ pub fn codegen(args: &CodegenArgs, out: &mut dyn Write) -> Result<(), CliError> 
         .chain(header_path.iter().map(|p| ("--header", p.as_path())))
         .collect();
     super::output::refuse_clobbering(&inputs, &outputs)?;
-    let key = args
-        .target
-        .clone()
-        .unwrap_or_else(|| HostTarget::host().key(args.threads));
+    let key = match &args.target {
+        Some(key) => key.clone(),
+        None => HostTarget::host().key(super::resolve_threads("--threads", args.threads)?),
+    };
     let missing = if args.fallback {
         Missing::Fallback
     } else {

@@ -60,6 +60,16 @@ pub fn max_threads() -> usize {
         .saturating_mul(8)
 }
 
+/// A `--threads` value: 0 means every core of this machine; otherwise 1 to [`max_threads`].
+pub fn resolve_threads(flag: &str, value: usize) -> Result<usize, CliError> {
+    if value == 0 {
+        return Ok(std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1));
+    }
+    check_count(flag, value, 0, max_threads())
+}
+
 /// A usage error naming `flag` and the allowed range unless `lo <= value <= hi`.
 pub fn check_count(flag: &str, value: usize, lo: usize, hi: usize) -> Result<usize, CliError> {
     if (lo..=hi).contains(&value) {

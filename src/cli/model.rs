@@ -16,6 +16,9 @@ use tensortune_records::Database;
 
 /// Arguments of `tensortune model`.
 #[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Examples:\n  tensortune model eval --db tuning.db\n  tensortune model train --db tuning.db --out model.json"
+)]
 pub struct ModelArgs {
     /// What to do.
     #[command(subcommand)]

@@ -5,7 +5,7 @@
 //! (their dtype and shape must match the op's); otherwise they are random from a fixed seed.
 //! With `--output out.npy` the (first) output is written as `.npy`.
 
-use super::{check_count, check_real, max_threads, CliError};
+use super::{check_count, check_real, resolve_threads, CliError, MAX_SECONDS};
 use crate::codegen::HostTarget;
 use crate::measure::{random_inputs, time_kernel, MeasureOptions};
 use crate::runtime::{AlignedBuffer, Runtime};
@@ -19,7 +19,10 @@ use tensortune_schedules::schedule::State;
 use tensortune_schedules::{ComputeDag, DType};
 
 /// Arguments of `tensortune run`.
-#[derive(Debug, clap::Args)]
+#[derive(Clone, Debug, clap::Args)]
+#[command(
+    after_help = "Examples:\n  tensortune run --workload matmul:M=512,N=512,K=512\n  tensortune run --workload matmul:M=512,N=512,K=512 --db tuning.db --threads 0 --json\n  tensortune run --workload matmul:M=2,N=2,K=2 --inputs a.npy,b.npy --output c.npy"
+)]
 pub struct RunArgs {
     /// The workload, e.g. `matmul:M=512,N=512,K=512`.
     #[arg(long, value_name = "SPEC")]
@@ -30,7 +33,7 @@ pub struct RunArgs {
     /// Write the output to this `.npy` file.
     #[arg(long, value_name = "OUT.npy")]
     pub output: Option<PathBuf>,
-    /// Threads for parallel loops.
+    /// Threads for parallel loops (0: every core).
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
     /// Timings to take the median of.
@@ -46,6 +49,20 @@ pub struct RunArgs {
     /// has one (else the default schedule).
     #[arg(long, value_name = "DB")]
     pub db: Option<PathBuf>,
+    /// Give up (exit 2) when compiling, checking and timing the kernel takes longer than
+    /// this many seconds: a schedule that hangs ends instead of blocking the shell.
+    #[arg(long, value_name = "SECS", default_value_t = 600.0)]
+    pub timeout: f64,
+}
+
+/// What one `run` measured, for printing.
+struct RunResult {
+    canonical: String,
+    target: String,
+    threads: usize,
+    source: &'static str,
+    timing: tensortune_tuner::measure::Timing,
+    gflops: f64,
 }
 
 /// The best recorded schedule of `spec` for `target` in `db`, if any replays; else the default.
@@ -78,12 +95,17 @@ pub(crate) fn parse_workload(spec: &str) -> Result<(WorkloadSpec, ComputeDag), C
 }
 
 /// Runs `tensortune run`.
+///
+/// The kernel runs on a thread of its own and the caller waits at most `--timeout`: a hung
+/// kernel cannot be stopped from inside the process, so on a timeout this returns the error
+/// and the thread is left to end with the process (the binary exits right after).
 pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<(), CliError> {
-    let (spec, dag) = parse_workload(&args.workload)?;
-    check_count("--threads", args.threads, 1, max_threads())?;
+    parse_workload(&args.workload)?;
+    let threads = resolve_threads("--threads", args.threads)?;
     check_count("--repeat", args.repeat, 1, 100_000)?;
     // A minute per timing is far past any use; `inf` would time forever.
     check_real("--min-repeat-ms", args.min_repeat_ms, 0.0, 60_000.0)?;
+    let timeout = check_real("--timeout", args.timeout, 0.001, MAX_SECONDS)?;
     if let Some(o) = &args.output {
         let inputs: Vec<(&str, &Path)> = args
             .inputs
@@ -93,7 +115,35 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<(), CliError> {
             .collect();
         super::output::refuse_clobbering(&inputs, &[("--output", o)])?;
     }
-    let target = HostTarget::host().key(args.threads);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let job = args.clone();
+    std::thread::Builder::new()
+        .name("tensortune-run".into())
+        .spawn(move || {
+            // The receiver is gone only after a timeout, when nobody waits for the result.
+            let _ = tx.send(measure(&job, threads));
+        })
+        .map_err(|e| CliError::Internal(format!("cannot start the run's thread: {e}")))?;
+    let result = match rx.recv_timeout(std::time::Duration::from_secs_f64(timeout)) {
+        Ok(result) => result?,
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            return Err(CliError::Usage(format!(
+                "the kernel did not finish within --timeout {timeout} s"
+            )))
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            return Err(CliError::Internal(
+                "the run's thread ended without a result".into(),
+            ))
+        }
+    };
+    print_result(&result, args.json, out)
+}
+
+/// Compiles, checks the memory, makes the inputs, times the kernel, writes `--output`.
+fn measure(args: &RunArgs, threads: usize) -> Result<RunResult, CliError> {
+    let (spec, dag) = parse_workload(&args.workload)?;
+    let target = HostTarget::host().key(threads);
     let (state, source) = schedule_from(args.db.as_deref(), &spec, &dag, &target)?;
     let kernel = Kernel::from_state(&state, &Default::default())
         .map_err(|e| CliError::Internal(e.to_string()))?;
@@ -114,11 +164,11 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<(), CliError> {
         .map(|p| AlignedBuffer::zeros(&p.shape, p.dtype))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| CliError::Usage(e.to_string()))?;
-    let rt = Runtime::new(args.threads).map_err(|e| CliError::Internal(e.to_string()))?;
+    let rt = Runtime::new(threads).map_err(|e| CliError::Internal(e.to_string()))?;
     let opts = MeasureOptions {
         repeat: args.repeat.max(1),
         min_repeat_ms: args.min_repeat_ms.max(0.0),
-        threads: args.threads,
+        threads,
         ..MeasureOptions::default()
     };
     let in_refs: Vec<&AlignedBuffer> = ins.iter().collect();
@@ -133,25 +183,36 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<(), CliError> {
             .ok_or_else(|| CliError::Internal("the workload has no output".into()))?;
         write_output(first, path)?;
     }
-    let gflops = spec.flops() / timing.median_s / 1e9;
+    Ok(RunResult {
+        canonical: spec.canonical(),
+        target,
+        threads,
+        source,
+        gflops: spec.flops() / timing.median_s / 1e9,
+        timing,
+    })
+}
+
+fn print_result(r: &RunResult, json: bool, out: &mut dyn Write) -> Result<(), CliError> {
     let io = |e: std::io::Error| CliError::Internal(e.to_string());
-    if args.json {
+    let timing = &r.timing;
+    if json {
         let v = serde_json::json!({
-            "workload": spec.canonical(),
-            "target": target,
-            "threads": args.threads,
+            "workload": r.canonical,
+            "target": r.target,
+            "threads": r.threads,
             "median_s": timing.median_s,
             "spread_s": timing.spread_s,
             "repeats": timing.repeats,
             "number": timing.number,
-            "gflops": gflops,
-            "schedule": source,
+            "gflops": r.gflops,
+            "schedule": r.source,
         });
         writeln!(out, "{v}").map_err(io)?;
     } else {
-        writeln!(out, "workload  {}", spec.canonical()).map_err(io)?;
-        writeln!(out, "target    {target}").map_err(io)?;
-        writeln!(out, "schedule  {source}").map_err(io)?;
+        writeln!(out, "workload  {}", r.canonical).map_err(io)?;
+        writeln!(out, "target    {}", r.target).map_err(io)?;
+        writeln!(out, "schedule  {}", r.source).map_err(io)?;
         writeln!(
             out,
             "latency   {:.4} ms (median of {} timings of {} runs, spread {:.4} ms)",
@@ -161,7 +222,7 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<(), CliError> {
             timing.spread_s * 1e3
         )
         .map_err(io)?;
-        writeln!(out, "GFLOP/s   {gflops:.2}").map_err(io)?;
+        writeln!(out, "GFLOP/s   {:.2}", r.gflops).map_err(io)?;
     }
     Ok(())
 }

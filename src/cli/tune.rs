@@ -1,7 +1,7 @@
 //! `tensortune tune`: tune workloads on the host CPU into a records database.
 
 use super::run::parse_workload;
-use super::{check_count, check_real, max_threads, CliError, MAX_SECONDS};
+use super::{check_count, check_real, resolve_threads, CliError, MAX_SECONDS};
 use crate::tune::{tune_dags, Target, TuneError};
 use std::io::Write;
 use std::path::PathBuf;
@@ -30,7 +30,7 @@ pub struct TuneArgs {
     /// Seed of every random choice.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Threads for parallel loops (1: serial kernels).
+    /// Threads for parallel loops (1: serial kernels; 0: every core).
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
     /// Stop after this many seconds.
@@ -51,7 +51,8 @@ pub struct TuneArgs {
     pub max_unrolled_statements: i64,
     /// How rounds are given to workloads tuned together: `gradient` (the largest expected
     /// reduction of total weighted latency) or `round-robin`.
-    #[arg(long, value_name = "POLICY", default_value = "gradient")]
+    #[arg(long, value_name = "POLICY", default_value = "gradient",
+          value_parser = clap::builder::PossibleValuesParser::new(["gradient", "round-robin"]))]
     pub task_scheduler: String,
     /// End stdout with one JSON object per workload.
     #[arg(long)]
@@ -105,14 +106,14 @@ fn resume_points(
 /// Runs `tensortune tune`.
 pub fn tune(args: &TuneArgs, out: &mut dyn Write) -> Result<(), CliError> {
     check_count("--trials", args.trials, 1, 100_000_000)?;
-    check_count("--threads", args.threads, 1, max_threads())?;
+    let threads = resolve_threads("--threads", args.threads)?;
     check_count("--batch-size", args.batch_size, 1, 1_000_000)?;
     check_count("--population", args.population, 1, 10_000_000)?;
     if let Some(t) = args.time_budget {
         check_real("--time-budget", t, 0.0, MAX_SECONDS)?;
     }
     let target =
-        Target::parse(&args.target, args.threads).map_err(|e| CliError::Usage(e.to_string()))?;
+        Target::parse(&args.target, threads).map_err(|e| CliError::Usage(e.to_string()))?;
     if args.max_unrolled_statements < 0 {
         return Err(CliError::Usage(format!(
             "--max-unrolled-statements must be 0 (no limit) or positive, not {}",
@@ -138,7 +139,7 @@ pub fn tune(args: &TuneArgs, out: &mut dyn Write) -> Result<(), CliError> {
         max_unrolled_statements: (args.max_unrolled_statements > 0)
             .then_some(args.max_unrolled_statements),
         seed: args.seed,
-        threads: args.threads.max(1),
+        threads,
         time_budget_s: args.time_budget,
         early_stop: args.early_stop,
         quiet: args.quiet,
