@@ -8,9 +8,9 @@
 
 use std::collections::BTreeMap;
 
+use rand::rngs::ChaCha8Rng;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
-use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
 use crate::error::ModelError;

@@ -6,8 +6,8 @@
 
 use std::path::Path;
 
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
+use rand::rngs::ChaCha8Rng;
+use rand::{RngExt, SeedableRng};
 use tensortune_cost_model::{
     CostModel, GbdtModel, GbdtOptions, ProgramFeatures, Sample, N_FEATURES,
 };
@@ -32,7 +32,7 @@ fn samples(n: usize) -> Vec<Sample> {
             let rows = 1 + i % 2;
             let mut flat = vec![0f32; rows * N_FEATURES];
             for v in flat.iter_mut().step_by(7) {
-                *v = rng.gen_range(0.0..4.0);
+                *v = rng.random_range(0.0..4.0);
             }
             Sample {
                 throughput: 1e9 * (1.0 + f64::from(flat[0])),
@@ -145,4 +145,44 @@ fn mutated_model_files_load_or_fail_with_one_line() {
             std::fs::write(&input, bytes).map_err(|e| format!("writing the input: {e}"))?;
             check(&input, &again)
         });
+}
+
+/// Tree indices out of range made XGBoost read out of bounds and kill the process (found by
+/// the campaign above: a `parents` entry of 21474836471). Each edit must be refused at load.
+#[test]
+fn a_booster_with_a_bad_tree_is_refused_not_loaded() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut trained = GbdtModel::new(options()).expect("options");
+    trained.fit(samples(6)).expect("training");
+    let path = dir.path().join("m.json");
+    trained.save(&path).expect("save");
+    let file: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).expect("read")).expect("json");
+    let edits: [(&str, serde_json::Value); 6] = [
+        ("parents", serde_json::json!(21_474_836_471_i64)),
+        ("left_children", serde_json::json!(99)),
+        ("right_children", serde_json::json!(0)),
+        ("split_indices", serde_json::json!(1_000_000)),
+        ("split_conditions", serde_json::json!("x")),
+        ("num_nodes", serde_json::json!("100")),
+    ];
+    for (name, value) in edits {
+        let mut file = file.clone();
+        let booster = file["booster"].as_str().expect("booster text");
+        let mut booster: serde_json::Value = serde_json::from_str(booster).expect("booster");
+        let tree = &mut booster["learner"]["gradient_booster"]["model"]["trees"][0];
+        if name == "num_nodes" {
+            tree["tree_param"][name] = value;
+        } else {
+            tree[name][1] = value;
+        }
+        file["booster"] = serde_json::Value::String(booster.to_string());
+        let bad = dir.path().join("bad.json");
+        std::fs::write(&bad, file.to_string()).expect("write");
+        let err = GbdtModel::load(&bad)
+            .err()
+            .unwrap_or_else(|| panic!("{name} loaded"));
+        assert!(err.to_string().contains("booster"), "{name}: {err}");
+        one_line(&err).unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
 }

@@ -1,7 +1,7 @@
 //! The cost models: learning a known ranking, save and load, and degenerate training sets.
 
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
+use rand::rngs::ChaCha8Rng;
+use rand::{RngExt, SeedableRng};
 use tensortune_cost_model::metrics::pairwise_accuracy;
 use tensortune_cost_model::{
     CostModel, GbdtModel, GbdtOptions, ModelError, Objective, ProgramFeatures, RandomModel, Sample,
@@ -32,13 +32,13 @@ fn synthetic_rows(n: usize, seed: u64, max_rows: usize) -> Vec<Sample> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     (0..n)
         .map(|_| {
-            let rows = rng.gen_range(1..=max_rows);
+            let rows = rng.random_range(1..=max_rows);
             let mut flat = vec![0f32; rows * N_FEATURES];
             let mut value = 0.0f64;
             for r in 0..rows {
                 let row = &mut flat[r * N_FEATURES..(r + 1) * N_FEATURES];
                 for v in row.iter_mut().take(40) {
-                    *v = rng.gen_range(0.0..10.0);
+                    *v = rng.random_range(0.0..10.0);
                 }
                 let (a, b, c, d) = (row[3] as f64, row[17] as f64, row[30] as f64, row[5] as f64);
                 value += 2.0 * a + (b - 5.0).powi(2) + if c > 5.0 { 8.0 } else { 0.0 } - 0.5 * d;

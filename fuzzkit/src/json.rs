@@ -4,18 +4,18 @@
 //! keep it and reach what a parser checks after the syntax: field types, ranges, lengths,
 //! names. A string that holds JSON itself (a model embedded as text) is mutated inside.
 
-use rand::seq::SliceRandom;
-use rand::Rng;
-use rand_chacha::ChaCha8Rng;
+use rand::rngs::ChaCha8Rng;
+use rand::seq::IndexedRandom;
+use rand::RngExt;
 use serde_json::{Map, Number, Value};
 
 /// Edge numbers as JSON numbers (no NaN or infinity: JSON has none).
 fn edge_number(rng: &mut ChaCha8Rng) -> Value {
     // Small values half the time: they keep indices in range and reach the checks after.
-    if rng.gen_bool(0.5) {
-        return Value::from(rng.gen_range(-1..=8));
+    if rng.random_bool(0.5) {
+        return Value::from(rng.random_range(-1..=8));
     }
-    match rng.gen_range(0..12) {
+    match rng.random_range(0..12) {
         0 => Value::from(0),
         1 => Value::from(-1),
         2 => Value::from(i64::MAX),
@@ -25,17 +25,17 @@ fn edge_number(rng: &mut ChaCha8Rng) -> Value {
         6 => Number::from_f64(1e308).map_or(Value::Null, Value::Number),
         7 => Number::from_f64(-0.5).map_or(Value::Null, Value::Number),
         8 => Number::from_f64(5e-324).map_or(Value::Null, Value::Number),
-        9 => Value::from(rng.gen_range(-3..=3)),
-        10 => Value::from(rng.gen_range(0..1_000_000)),
+        9 => Value::from(rng.random_range(-3..=3)),
+        10 => Value::from(rng.random_range(0..1_000_000)),
         _ => Value::from(1 << 31),
     }
 }
 
 fn edge_string(rng: &mut ChaCha8Rng, tokens: &[Vec<u8>]) -> Value {
-    let text = match rng.gen_range(0..7) {
+    let text = match rng.random_range(0..7) {
         0 => String::new(),
         1 => "\n".to_string(),
-        2 => "x".repeat(rng.gen_range(1..5_000)),
+        2 => "x".repeat(rng.random_range(1..5_000)),
         3 => "\u{0}\u{1b}[2J\u{202e}\u{fffd}".to_string(),
         4 => "-1".to_string(),
         _ => tokens
@@ -83,11 +83,11 @@ fn nth(v: &mut Value, mut k: usize) -> Option<&mut Value> {
 /// Changes one value of `root`; `donor` is a copy of some value of a seed, for type
 /// confusion and for fields moved between objects.
 fn mutate_value(rng: &mut ChaCha8Rng, root: &mut Value, donor: Value, tokens: &[Vec<u8>]) {
-    let k = rng.gen_range(0..count(root));
+    let k = rng.random_range(0..count(root));
     let Some(v) = nth(root, k) else { return };
     match v {
-        Value::Number(_) if rng.gen_bool(0.8) => *v = edge_number(rng),
-        Value::String(s) if rng.gen_bool(0.3) => {
+        Value::Number(_) if rng.random_bool(0.8) => *v = edge_number(rng),
+        Value::String(s) if rng.random_bool(0.3) => {
             if let Ok(mut inner) = serde_json::from_str::<Value>(s) {
                 if inner.is_array() || inner.is_object() {
                     let inner_donor = inner.clone();
@@ -98,10 +98,10 @@ fn mutate_value(rng: &mut ChaCha8Rng, root: &mut Value, donor: Value, tokens: &[
             }
             *v = edge_string(rng, tokens);
         }
-        Value::String(_) if rng.gen_bool(0.7) => *v = edge_string(rng, tokens),
-        Value::Array(a) if !a.is_empty() && rng.gen_bool(0.7) => {
-            let i = rng.gen_range(0..a.len());
-            match rng.gen_range(0..4) {
+        Value::String(_) if rng.random_bool(0.7) => *v = edge_string(rng, tokens),
+        Value::Array(a) if !a.is_empty() && rng.random_bool(0.7) => {
+            let i = rng.random_range(0..a.len());
+            match rng.random_range(0..4) {
                 0 => {
                     a.remove(i);
                 }
@@ -110,16 +110,16 @@ fn mutate_value(rng: &mut ChaCha8Rng, root: &mut Value, donor: Value, tokens: &[
                     a.insert(i, copy);
                 }
                 2 => {
-                    let j = rng.gen_range(0..a.len());
+                    let j = rng.random_range(0..a.len());
                     a.swap(i, j);
                 }
                 _ => a.clear(),
             }
         }
-        Value::Object(o) if !o.is_empty() && rng.gen_bool(0.7) => {
+        Value::Object(o) if !o.is_empty() && rng.random_bool(0.7) => {
             let keys: Vec<String> = o.keys().cloned().collect();
             let key = keys.choose(rng).cloned().unwrap_or_default();
-            if rng.gen_bool(0.5) {
+            if rng.random_bool(0.5) {
                 o.remove(&key);
             } else if let Value::Object(other) = donor {
                 merge_one(rng, o, other);
@@ -128,7 +128,7 @@ fn mutate_value(rng: &mut ChaCha8Rng, root: &mut Value, donor: Value, tokens: &[
             }
         }
         _ => {
-            *v = match rng.gen_range(0..6) {
+            *v = match rng.random_range(0..6) {
                 0 => Value::Null,
                 1 => Value::Bool(true),
                 2 => Value::Array(Vec::new()),
@@ -158,11 +158,11 @@ pub(crate) fn mutate(
     let mut root: Value = serde_json::from_slice(input).ok()?;
     let mut donors: Value = serde_json::from_slice(donor_seed).unwrap_or(Value::Null);
     let mut rounds = 1;
-    while rounds < 3 && rng.gen_bool(0.3) {
+    while rounds < 3 && rng.random_bool(0.3) {
         rounds += 1;
     }
     for _ in 0..rounds {
-        let k = rng.gen_range(0..count(&donors));
+        let k = rng.random_range(0..count(&donors));
         let donor = nth(&mut donors, k)
             .map(|d| d.clone())
             .unwrap_or(Value::Null);

@@ -3,9 +3,9 @@
 //! Random bytes rarely get past a parser's first check; mutations of valid inputs reach its
 //! inner paths. Each input is one seed with one to four mutations stacked on it.
 
-use rand::seq::SliceRandom;
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
+use rand::rngs::ChaCha8Rng;
+use rand::seq::IndexedRandom;
+use rand::{RngExt, SeedableRng};
 
 /// Inputs longer than this are cut: big enough for deep nesting and long runs, small enough
 /// that ten thousand inputs stay fast.
@@ -141,16 +141,16 @@ impl Mutator {
     pub fn next_input(&mut self) -> Vec<u8> {
         let mut input = self.pick_seed();
         let mut rounds: usize = 1;
-        while rounds < 4 && self.rng.gen_bool(0.5) {
+        while rounds < 4 && self.rng.random_bool(0.5) {
             rounds += 1;
         }
-        if self.json && self.rng.gen_bool(0.6) {
+        if self.json && self.rng.random_bool(0.6) {
             let donor = self.pick_seed();
             if let Some(changed) = crate::json::mutate(&mut self.rng, &input, &donor, &self.tokens)
             {
                 // Mostly valid JSON with one value changed; sometimes a byte mutation on top.
                 input = changed;
-                rounds = usize::from(self.rng.gen_bool(0.2));
+                rounds = usize::from(self.rng.random_bool(0.2));
             }
         }
         for _ in 0..rounds {
@@ -162,7 +162,7 @@ impl Mutator {
 
     /// A uniformly chosen number in `range` (for callers that build inputs of their own).
     pub fn below(&mut self, bound: usize) -> usize {
-        self.rng.gen_range(0..bound.max(1))
+        self.rng.random_range(0..bound.max(1))
     }
 
     fn pick_seed(&mut self) -> Vec<u8> {
@@ -173,23 +173,23 @@ impl Mutator {
     }
 
     fn pos(&mut self, input: &[u8]) -> usize {
-        self.rng.gen_range(0..=input.len())
+        self.rng.random_range(0..=input.len())
     }
 
     /// A range `start..end` inside `input`, biased to short ones.
     fn span(&mut self, input: &[u8]) -> (usize, usize) {
         let start = self.pos(input);
         let room = input.len() - start;
-        let len = if self.rng.gen_bool(0.8) {
-            self.rng.gen_range(0..=room.min(8))
+        let len = if self.rng.random_bool(0.8) {
+            self.rng.random_range(0..=room.min(8))
         } else {
-            self.rng.gen_range(0..=room)
+            self.rng.random_range(0..=room)
         };
         (start, start + len)
     }
 
     fn mutate(&mut self, input: &mut Vec<u8>) {
-        match self.rng.gen_range(0..12) {
+        match self.rng.random_range(0..12) {
             0 => self.flip_bit(input),
             1 => self.set_byte(input),
             2 => {
@@ -225,14 +225,14 @@ impl Mutator {
 
     fn flip_bit(&mut self, input: &mut [u8]) {
         if !input.is_empty() {
-            let at = self.rng.gen_range(0..input.len());
-            input[at] ^= 1 << self.rng.gen_range(0..8);
+            let at = self.rng.random_range(0..input.len());
+            input[at] ^= 1 << self.rng.random_range(0..8);
         }
     }
 
     fn set_byte(&mut self, input: &mut [u8]) {
         if !input.is_empty() {
-            let at = self.rng.gen_range(0..input.len());
+            let at = self.rng.random_range(0..input.len());
             input[at] = *[0u8, 0xff, 0x7f, 0x80, b'\n', b'"', b'9', b'-', b' ', 0xc3]
                 .choose(&mut self.rng)
                 .unwrap_or(&0);
@@ -244,13 +244,13 @@ impl Mutator {
     fn splice_seed(&mut self, input: &mut Vec<u8>) {
         let other = self.pick_seed();
         let cut = self.pos(input);
-        let from = self.rng.gen_range(0..=other.len());
+        let from = self.rng.random_range(0..=other.len());
         input.truncate(cut);
         input.extend_from_slice(&other[from..]);
     }
 
     fn token(&mut self) -> Vec<u8> {
-        if !self.tokens.is_empty() && self.rng.gen_bool(0.5) {
+        if !self.tokens.is_empty() && self.rng.random_bool(0.5) {
             self.tokens
                 .choose(&mut self.rng)
                 .cloned()

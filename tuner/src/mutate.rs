@@ -8,7 +8,7 @@
 use crate::options::MutationWeights;
 use crate::sketch::sample::divisors;
 use crate::sketch::{ChoiceKind, Hole, Sketch};
-use rand::Rng;
+use rand::{Rng, RngExt};
 
 /// Which decision a mutation changes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,7 +26,7 @@ pub enum MutationKind {
 /// Draws a mutation kind by weight.
 pub fn pick_kind(rng: &mut impl Rng, w: &MutationWeights) -> MutationKind {
     let total = w.tile_size + w.compute_location + w.unroll + w.parallel;
-    let mut x = rng.gen::<f64>() * total.max(1e-12);
+    let mut x = rng.random::<f64>() * total.max(1e-12);
     for (k, p) in [
         (MutationKind::TileSize, w.tile_size),
         (MutationKind::ComputeLocation, w.compute_location),
@@ -54,7 +54,7 @@ pub fn mutate_tile(
     let mut levels = vec![outer];
     levels.extend_from_slice(factors);
     for _ in 0..8 {
-        let src = rng.gen_range(0..levels.len());
+        let src = rng.random_range(0..levels.len());
         if levels[src] <= 1 {
             continue;
         }
@@ -62,8 +62,8 @@ pub fn mutate_tile(
             .into_iter()
             .filter(|&d| d > 1)
             .collect();
-        let d = divs[rng.gen_range(0..divs.len())];
-        let dst = rng.gen_range(0..levels.len());
+        let d = divs[rng.random_range(0..divs.len())];
+        let dst = rng.random_range(0..levels.len());
         if dst == src {
             continue;
         }
@@ -124,7 +124,7 @@ pub fn mutate(
     if holes.is_empty() {
         return None;
     }
-    let h = holes[rng.gen_range(0..holes.len())];
+    let h = holes[rng.random_range(0..holes.len())];
     let mut out = decisions.to_vec();
     match &sketch.holes[h] {
         Hole::Tile {
@@ -138,7 +138,7 @@ pub fn mutate(
                 .copied()
                 .filter(|&c| Some(&c) != decisions[h].first())
                 .collect();
-            out[h] = vec![others[rng.gen_range(0..others.len())]];
+            out[h] = vec![others[rng.random_range(0..others.len())]];
         }
     }
     Some(out)

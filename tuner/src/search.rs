@@ -19,7 +19,7 @@ use crate::options::TuneOptions;
 use crate::sketch::rules::SketchRule;
 use crate::sketch::sample::sample;
 use crate::sketch::Sketch;
-use rand::Rng;
+use rand::{Rng, RngExt};
 use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use tensortune_schedules::schedule::State;
@@ -117,7 +117,7 @@ impl SearchSpace {
             return None;
         }
         for _ in 0..8 {
-            let k = rng.gen_range(0..self.sketches.len());
+            let k = rng.random_range(0..self.sketches.len());
             let d = sample(&self.sketches[k], rng, opts);
             if let Some(c) = self.candidate(k, d) {
                 return Some(c);
@@ -258,12 +258,12 @@ impl SearchSpace {
         }
         let mut next = Vec::with_capacity(size);
         for _ in 0..size {
-            let x = rng.gen::<f64>() * total;
+            let x = rng.random::<f64>() * total;
             let i = cumulative
                 .partition_point(|&c| c < x)
                 .min(population.len() - 1);
             let parent = &population[i];
-            let child = if rng.gen_bool(opts.mutation_prob.clamp(0.0, 1.0)) {
+            let child = if rng.random_bool(opts.mutation_prob.clamp(0.0, 1.0)) {
                 let sk = &self.sketches[parent.sketch];
                 mutate(sk, &parent.decisions, rng, &opts.mutation_weights)
                     .and_then(|d| self.candidate(parent.sketch, d))

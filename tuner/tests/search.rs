@@ -243,7 +243,7 @@ fn no_program_over_the_unrolled_statement_limit_is_proposed() {
             })
             .collect()
     };
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+    let mut rng = rand::rngs::ChaCha8Rng::seed_from_u64(3);
     let unlimited = sizes(&space.propose(&mut Flat, &measured, &[], 64, &free, &mut rng));
     let mut sorted = unlimited.clone();
     sorted.sort_unstable();
@@ -254,7 +254,7 @@ fn no_program_over_the_unrolled_statement_limit_is_proposed() {
         max_unrolled_statements: Some(limit),
         ..free
     };
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+    let mut rng = rand::rngs::ChaCha8Rng::seed_from_u64(3);
     let capped = sizes(&space.propose(&mut Flat, &measured, &[], 64, &capped_opts, &mut rng));
     assert!(
         capped.len() >= 32,

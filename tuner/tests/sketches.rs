@@ -2,8 +2,8 @@
 //! computes what the direct evaluator computes; mutations keep that true. And the sketches
 //! have the structures the rules promise (packing, transposed copies, padding by region).
 
+use rand::rngs::ChaCha8Rng;
 use rand::SeedableRng;
-use rand_chacha::ChaCha8Rng;
 use tensortune_schedules::data::NdData;
 use tensortune_schedules::ops::WorkloadSpec;
 use tensortune_schedules::{eval, interp, lower::lower, ComputeDag};

@@ -300,6 +300,7 @@ impl GbdtModel {
         file.options.check().map_err(|e| bad(e.to_string()))?;
         let booster = match &file.booster {
             Some(json) => {
+                super::booster_check::check_booster(json).map_err(bad)?;
                 let mut b = Booster::load_json(json.as_bytes()).map_err(|e| bad(e.to_string()))?;
                 b.set_param("nthread", &file.options.threads.to_string())?;
                 b.set_param("verbosity", "0")?;

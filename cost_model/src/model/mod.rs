@@ -10,6 +10,7 @@
 //! the search uses once it has records) and [`random`] (uniform scores: the baseline, and
 //! what the search uses before it has enough records).
 
+mod booster_check;
 pub mod gbdt;
 pub mod random;
 mod xgboost;

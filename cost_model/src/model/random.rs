@@ -5,8 +5,8 @@
 
 use std::cell::RefCell;
 
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
+use rand::rngs::ChaCha8Rng;
+use rand::{RngExt, SeedableRng};
 
 use super::{validate, CostModel, Sample};
 use crate::error::ModelError;
@@ -40,6 +40,6 @@ impl CostModel for RandomModel {
 
     fn predict(&self, programs: &[ProgramFeatures]) -> Result<Vec<f64>, ModelError> {
         let mut rng = self.rng.borrow_mut();
-        Ok(programs.iter().map(|_| rng.gen::<f64>()).collect())
+        Ok(programs.iter().map(|_| rng.random::<f64>()).collect())
     }
 }

@@ -6,7 +6,7 @@
 
 use super::{Hole, Sketch};
 use crate::options::TuneOptions;
-use rand::Rng;
+use rand::{Rng, RngExt};
 
 /// Divisors of `n`, ascending.
 pub fn divisors(n: i64) -> Vec<i64> {
@@ -42,19 +42,19 @@ pub fn sample_tile(
         } else {
             i64::MAX
         };
-        let f = if rng.gen_bool(imperfect_prob.clamp(0.0, 1.0)) {
-            rng.gen_range(1..=rest.min(cap).max(1))
+        let f = if rng.random_bool(imperfect_prob.clamp(0.0, 1.0)) {
+            rng.random_range(1..=rest.min(cap).max(1))
         } else {
             let mut divs: Vec<i64> = divisors(rest).into_iter().filter(|&d| d <= cap).collect();
             // A vector-lane level of 1 or 2 wastes most of a SIMD register: keep such
             // levels to one draw in ten where wider ones exist.
-            if max_inner.is_some() && level + 1 == parts - 1 && rng.gen_bool(0.9) {
+            if max_inner.is_some() && level + 1 == parts - 1 && rng.random_bool(0.9) {
                 let wide: Vec<i64> = divs.iter().copied().filter(|&d| d >= 4).collect();
                 if !wide.is_empty() {
                     divs = wide;
                 }
             }
-            divs[rng.gen_range(0..divs.len())]
+            divs[rng.random_range(0..divs.len())]
         };
         factors[level] = f;
         rest = (rest + f - 1) / f;
@@ -73,7 +73,7 @@ pub fn sample(sketch: &Sketch, rng: &mut impl Rng, opts: &TuneOptions) -> Vec<Ve
                 parts,
                 max_inner,
             } => sample_tile(rng, *extent, *parts, *max_inner, opts.imperfect_tile_prob),
-            Hole::Choice { choices, .. } => vec![choices[rng.gen_range(0..choices.len())]],
+            Hole::Choice { choices, .. } => vec![choices[rng.random_range(0..choices.len())]],
         })
         .collect()
 }
