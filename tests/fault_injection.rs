@@ -302,7 +302,8 @@ fn unbounded_flags_and_foreign_targets_are_usage_errors() {
     assert_usage_error(&run(&["--min-repeat-ms", "inf"]), "--min-repeat-ms");
     assert_usage_error(&run(&["--min-repeat-ms=-5"]), "--min-repeat-ms");
     assert_usage_error(&run(&["--threads", "100000"]), "--threads");
-    assert_usage_error(&run(&["--threads", "0"]), "--threads");
+    // (`--threads 0` is every core: tests/cli_run.rs.)
+    assert_usage_error(&run(&["--timeout", "inf"]), "--timeout");
     let out = tune_cmd(&db, "4")
         .args(["--target", "llvm -mcpu=skylake"])
         .output()
@@ -378,4 +379,31 @@ fn a_device_as_the_database_is_a_usage_error_for_every_subcommand() {
         .output()
         .expect("tune");
     assert_usage_error(&out, "/dev/null");
+}
+
+#[test]
+fn unknown_llvm_options_are_usage_errors() {
+    let dir = temp();
+    let db = dir.path().join("t.db");
+    for bad in ["-bogus-option", "-unroll-threshold=300 -help", "unroll"] {
+        let out = tune_cmd(&db, "4")
+            .env("TENSORTUNE_LLVM_ARGS", bad)
+            .output()
+            .expect("tune");
+        assert_usage_error(&out, "TENSORTUNE_LLVM_ARGS");
+        assert!(!db.exists(), "nothing written for a refused command");
+    }
+    let out = bin()
+        .args(["run", "--workload", "matmul:M=4,N=4,K=4", "--repeat", "1"])
+        .env("TENSORTUNE_LLVM_ARGS", "-bogus-option")
+        .output()
+        .expect("run");
+    assert_usage_error(&out, "bogus-option");
+    // A real option is still taken.
+    let out = bin()
+        .args(["run", "--workload", "matmul:M=4,N=4,K=4", "--repeat", "1"])
+        .env("TENSORTUNE_LLVM_ARGS", "-unroll-threshold=300")
+        .output()
+        .expect("run");
+    assert!(out.status.success(), "{}", stderr(&out));
 }

@@ -118,6 +118,12 @@ enum Command {
 }
 
 fn run(command: Command) -> Result<(), CliError> {
+    // A mistyped LLVM option would otherwise be found only when the first candidate compiles,
+    // and then recorded as that candidate's failure.
+    if std::env::var_os("TENSORTUNE_LLVM_ARGS").is_some() {
+        tensortune::codegen::llvm::check_llvm_options()
+            .map_err(|e| CliError::Usage(e.to_string()))?;
+    }
     let stdout = io::stdout();
     let mut out = stdout.lock();
     match command {

@@ -30,6 +30,9 @@ pub enum CodegenError {
     /// The host target could not be set up.
     #[error("target: {0}")]
     Target(String),
+    /// LLVM refused an option of `TENSORTUNE_LLVM_ARGS`.
+    #[error("TENSORTUNE_LLVM_ARGS: {0}")]
+    LlvmOptions(String),
 }
 
 impl From<inkwell::builder::BuilderError> for CodegenError {

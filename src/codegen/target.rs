@@ -22,7 +22,9 @@ impl HostTarget {
     pub fn host() -> &'static HostTarget {
         static HOST: OnceLock<HostTarget> = OnceLock::new();
         HOST.get_or_init(|| {
-            super::llvm::init_llvm();
+            // Only the target's registration is needed here, which happens even when the
+            // options are refused; that error reaches whoever compiles.
+            let _ = super::llvm::init_llvm();
             let triple = inkwell::targets::TargetMachine::get_default_triple();
             let cpu = inkwell::targets::TargetMachine::get_host_cpu_name().to_string();
             let features = inkwell::targets::TargetMachine::get_host_cpu_features().to_string();

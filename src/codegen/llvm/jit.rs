@@ -102,7 +102,7 @@ pub(crate) fn jit(symbols: &[(&str, usize)]) -> Result<&'static Jit, CodegenErro
 
 impl Jit {
     fn create(symbols: &[(&str, usize)]) -> Result<Jit, String> {
-        super::init_llvm();
+        super::init_llvm().map_err(|e| e.to_string())?;
         let mut jit: LLVMOrcLLJITRef = std::ptr::null_mut();
         // SAFETY: a null builder asks for the default one (host target, in-process); on
         // success `jit` is ours and lives as long as the process.

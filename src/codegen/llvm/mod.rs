@@ -40,7 +40,7 @@ use inkwell::targets::{
     CodeModel, FileType, InitializationConfig, RelocMode, Target, TargetMachine, TargetTriple,
 };
 use inkwell::OptimizationLevel;
-use std::sync::Once;
+use std::sync::OnceLock;
 use tensortune_schedules::ir::LoweredFunc;
 
 /// LLVM options every compilation in this process runs with, set once, before the first.
@@ -61,29 +61,109 @@ use tensortune_schedules::ir::LoweredFunc;
 /// interleaved rounds on an AVX2 EPYC).
 pub const LLVM_ARGS: &[&str] = &["-unroll-threshold=100", "-post-RA-scheduler=false"];
 
+/// Options that make LLVM's parser print and end the process instead of setting anything:
+/// refused in `TENSORTUNE_LLVM_ARGS` rather than let a tuning run exit with status 0.
+const PROCESS_ENDING_OPTIONS: &[&str] = &[
+    "help",
+    "help-hidden",
+    "help-list",
+    "help-list-hidden",
+    "print-all-options",
+    "print-options",
+    "version",
+];
+
+// SAFETY: the function is defined in `src/codegen/llvm/options.cpp` (compiled by build.rs)
+// with exactly this C signature.
+unsafe extern "C" {
+    fn tensortune_parse_llvm_options(
+        argc: std::os::raw::c_int,
+        argv: *const *const std::os::raw::c_char,
+        err: *mut std::os::raw::c_char,
+        err_len: usize,
+    ) -> std::os::raw::c_int;
+}
+
 /// Registers the x86 target and sets the process's LLVM options ([`LLVM_ARGS`], then any in
 /// the environment variable `TENSORTUNE_LLVM_ARGS`, split at whitespace), once per process.
-pub(crate) fn init_llvm() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
+/// An option LLVM does not know, or one that would end the process, is an error, returned by
+/// this and every later call: code compiled without the options asked for would be measured
+/// as if it had them.
+pub(crate) fn init_llvm() -> Result<(), CodegenError> {
+    static INIT: OnceLock<Result<(), String>> = OnceLock::new();
+    INIT.get_or_init(|| {
         Target::initialize_x86(&InitializationConfig::default());
-        let extra = std::env::var("TENSORTUNE_LLVM_ARGS").unwrap_or_default();
-        let args: Vec<std::ffi::CString> = std::iter::once("tensortune")
-            .chain(LLVM_ARGS.iter().copied())
-            .chain(extra.split_whitespace())
-            .filter_map(|a| std::ffi::CString::new(a).ok())
-            .collect();
-        let ptrs: Vec<*const std::os::raw::c_char> = args.iter().map(|a| a.as_ptr()).collect();
-        // SAFETY: `ptrs` points at NUL-terminated strings that outlive the call; LLVM copies
-        // what it keeps. It runs once, before this process optimizes or compiles anything.
-        unsafe {
-            inkwell::llvm_sys::support::LLVMParseCommandLineOptions(
-                ptrs.len() as i32,
-                ptrs.as_ptr(),
-                std::ptr::null(),
-            )
+        let extra = match std::env::var("TENSORTUNE_LLVM_ARGS") {
+            Ok(text) => text,
+            Err(std::env::VarError::NotPresent) => String::new(),
+            Err(std::env::VarError::NotUnicode(_)) => return Err("not valid UTF-8".to_string()),
         };
-    });
+        parse_options(&extra)
+    })
+    .clone()
+    .map_err(CodegenError::LlvmOptions)
+}
+
+/// Whether the LLVM options of this process (`TENSORTUNE_LLVM_ARGS`) were accepted; the
+/// binary checks this before any command, so that a typo is a usage error up front.
+pub fn check_llvm_options() -> Result<(), CodegenError> {
+    init_llvm()
+}
+
+/// Hands [`LLVM_ARGS`] and `extra` to LLVM's option parser; LLVM's own message on refusal.
+fn parse_options(extra: &str) -> Result<(), String> {
+    for arg in extra.split_whitespace() {
+        let name = arg.trim_start_matches('-');
+        let name = name.split('=').next().unwrap_or(name);
+        if !arg.starts_with('-') {
+            return Err(format!(
+                "`{arg}` is not an option (LLVM options start with `-`)"
+            ));
+        }
+        if PROCESS_ENDING_OPTIONS.contains(&name) {
+            return Err(format!("`{arg}` would print and exit; it sets nothing"));
+        }
+    }
+    let args: Vec<std::ffi::CString> = std::iter::once("tensortune")
+        .chain(LLVM_ARGS.iter().copied())
+        .chain(extra.split_whitespace())
+        .filter_map(|a| std::ffi::CString::new(a).ok())
+        .collect();
+    let ptrs: Vec<*const std::os::raw::c_char> = args.iter().map(|a| a.as_ptr()).collect();
+    let argc = std::os::raw::c_int::try_from(ptrs.len()).map_err(|_| "too many options")?;
+    let mut message = vec![0 as std::os::raw::c_char; 1024];
+    // SAFETY: `ptrs` holds `argc` pointers to NUL-terminated strings that outlive the call
+    // (LLVM copies what it keeps); `message` is writable for its length, which is passed. It
+    // runs once per process (under the OnceLock), before anything is optimized or compiled.
+    let ok = unsafe {
+        tensortune_parse_llvm_options(argc, ptrs.as_ptr(), message.as_mut_ptr(), message.len())
+    };
+    if ok == 1 {
+        return Ok(());
+    }
+    // SAFETY: the C++ side always NUL-terminates within the buffer's length.
+    let text = unsafe { std::ffi::CStr::from_ptr(message.as_ptr()) }.to_string_lossy();
+    Err(llvm_message(&text))
+}
+
+/// LLVM's refusal as one line: `tensortune: Unknown command line argument '-x'.  Try:
+/// 'tensortune --help'` (and perhaps a "Did you mean" line) without the program name and the
+/// hint at a `--help` this binary does not forward to LLVM.
+fn llvm_message(text: &str) -> String {
+    let parts: Vec<String> = text
+        .lines()
+        .map(|l| l.trim().trim_start_matches("tensortune:").trim())
+        .map(|l| match l.find("Try: ") {
+            Some(at) => l[..at].trim_end().to_string(),
+            None => l.to_string(),
+        })
+        .filter(|l| !l.is_empty())
+        .collect();
+    if parts.is_empty() {
+        "LLVM refused the options".to_string()
+    } else {
+        parts.join(" ")
+    }
 }
 
 /// A target machine for the host CPU (PIC, so objects link into position-independent
@@ -104,7 +184,7 @@ pub fn codegen_level(level: u8) -> OptimizationLevel {
 
 /// A host target machine generating code at `level`.
 pub fn host_target_machine_at(level: OptimizationLevel) -> Result<TargetMachine, CodegenError> {
-    init_llvm();
+    init_llvm()?;
     let host = HostTarget::host();
     let triple = TargetTriple::create(&host.triple);
     let target = Target::from_triple(&triple).map_err(|e| CodegenError::Target(e.to_string()))?;
