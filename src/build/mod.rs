@@ -38,8 +38,10 @@
 //! workload gets is decided by [`choose`]: the fastest record whose trace still replays.
 //!
 //! Parallel kernels call back into a runtime table (see [`crate::runtime::abi`]); the
-//! generated module provides it: a small thread pool of the target's thread count
-//! (`tuned::set_threads` changes it before the first call) and aligned allocation.
+//! generated module provides it: the thread pool and aligned allocation of the JIT's
+//! [`crate::runtime::Runtime`], carried as source, so a built kernel runs on what tuning
+//! measured it on. The pool has the target's thread count (`tuned::set_threads` changes it
+//! before the first call).
 
 mod archive;
 mod choose;

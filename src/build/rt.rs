@@ -1,8 +1,10 @@
-// The runtime of a generated kernel module: the C runtime table kernels call into (a thread
-// pool for parallel loops, aligned allocation for large temporaries), 64-byte aligned
-// staging of arguments, and the error type of the wrappers. `tensortune::build` copies this
-// file verbatim into the module it generates, after a line defining `DEFAULT_THREADS`; it
-// needs nothing but `std`. Plain `//` comments only: the module is pulled in by `include!`.
+// The module-specific part of the runtime of a generated kernel module: its runtime table
+// over one process-wide pool, 64-byte aligned staging of arguments, and the error type of the
+// wrappers. `tensortune::build` copies src/runtime/shared_pool.rs (the pool and aligned
+// allocation, the same text the JIT's `Runtime` is made of) and then this file verbatim into
+// the module it generates, after a line defining `DEFAULT_THREADS`; it needs nothing but
+// `std`. Plain `//` comments only: the module is pulled in by `include!`. The pool's text
+// names its paths in full, so the imports here are this file's alone.
 //
 // The table layout is the ABI of `tensortune::runtime::abi`: parallel_for, alloc, free, ctx,
 // in that order. `parallel_for` must call `body` on disjoint ranges that cover `[0, n)` and
@@ -10,7 +12,7 @@
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex, OnceLock};
+use std::sync::OnceLock;
 
 type ParallelBody = unsafe extern "C" fn(closure: *mut c_void, begin: i64, end: i64) -> i32;
 
@@ -34,8 +36,8 @@ unsafe impl Sync for Table {}
 
 static TABLE: Table = Table(TtRuntime {
     parallel_for: rt_parallel_for,
-    alloc: rt_alloc,
-    free: rt_free,
+    alloc: tt_alloc,
+    free: tt_free,
     ctx: std::ptr::null(),
 });
 
@@ -64,183 +66,21 @@ pub fn threads() -> usize {
     }
 }
 
-/// One chunk of a parallel loop, waiting for a thread.
-struct Job {
-    body: ParallelBody,
-    closure: *mut c_void,
-    begin: i64,
-    end: i64,
-    latch: *const Latch,
-}
-// SAFETY: the closure is built by the kernel for exactly this use (read-only while its
-// parallel-for runs) and the latch outlives every job that points at it: `rt_parallel_for`
-// returns only when all its jobs have counted down.
-unsafe impl Send for Job {}
-
-/// Counts the unfinished chunks of one parallel-for and keeps the first failure code.
-struct Latch {
-    state: Mutex<(usize, i32)>,
-    done: Condvar,
-}
-
-impl Latch {
-    fn count_down(&self, code: i32) {
-        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        s.0 -= 1;
-        if s.1 == 0 {
-            s.1 = code;
-        }
-        if s.0 == 0 {
-            self.done.notify_all();
-        }
-    }
-}
-
-fn run(job: Job) {
-    // SAFETY: see `Job`: the body runs its own disjoint range, as the ABI allows.
-    let code = unsafe { (job.body)(job.closure, job.begin, job.end) };
-    // SAFETY: the latch lives until its count reaches zero, which this call may cause.
-    unsafe { (*job.latch).count_down(code) };
-}
-
-/// Worker threads started on first use; they live as long as the process.
-struct Pool {
-    queue: Mutex<std::collections::VecDeque<Job>>,
-    ready: Condvar,
-}
-
+/// The process's pool, started by the first parallel loop; it lives as long as the process.
 static POOL: OnceLock<Pool> = OnceLock::new();
 
 fn pool() -> &'static Pool {
-    POOL.get_or_init(|| {
-        let threads = threads();
-        let pool = Pool {
-            queue: Mutex::new(std::collections::VecDeque::new()),
-            ready: Condvar::new(),
-        };
-        for i in 1..threads {
-            // Kernels keep register tiles on the stack (at most 512 KiB per function).
-            let started = std::thread::Builder::new()
-                .name(format!("tt-kernel-{i}"))
-                .stack_size(8 << 20)
-                .spawn(worker);
-            if started.is_err() {
-                // Fewer workers only means the calling thread runs more chunks itself.
-                break;
-            }
-        }
-        pool
-    })
+    // A worker that cannot start only means the calling thread runs more chunks itself.
+    POOL.get_or_init(|| Pool::start(threads()).0)
 }
 
-fn worker() {
-    let pool = pool();
-    loop {
-        let job = {
-            let mut q = pool.queue.lock().unwrap_or_else(|e| e.into_inner());
-            loop {
-                if let Some(j) = q.pop_front() {
-                    break j;
-                }
-                q = pool.ready.wait(q).unwrap_or_else(|e| e.into_inner());
-            }
-        };
-        run(job);
-    }
-}
-
-/// Static schedule: `[0, n)` in `min(n, threads)` contiguous chunks whose sizes differ by at
-/// most one. The calling thread runs the first chunk, then any queued chunk until its own are
-/// done, so a call never waits on a pool that is busy elsewhere.
 unsafe extern "C" fn rt_parallel_for(
     _rt: *const TtRuntime,
     n: i64,
     body: ParallelBody,
     closure: *mut c_void,
 ) -> i32 {
-    if n <= 0 {
-        return 0;
-    }
-    let chunks = (threads() as i64).min(n);
-    if chunks <= 1 {
-        // SAFETY: the kernel's own body over the whole range.
-        return unsafe { body(closure, 0, n) };
-    }
-    let pool = pool();
-    let latch = Latch {
-        state: Mutex::new((chunks as usize, 0)),
-        done: Condvar::new(),
-    };
-    let chunk = |c: i64| Job {
-        body,
-        closure,
-        begin: n * c / chunks,
-        end: n * (c + 1) / chunks,
-        latch: &latch,
-    };
-    {
-        let mut q = pool.queue.lock().unwrap_or_else(|e| e.into_inner());
-        q.extend((1..chunks).map(chunk));
-    }
-    pool.ready.notify_all();
-    run(chunk(0));
-    loop {
-        let job = pool
-            .queue
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .pop_front();
-        match job {
-            Some(j) => run(j),
-            None => break,
-        }
-    }
-    let mut s = latch.state.lock().unwrap_or_else(|e| e.into_inner());
-    while s.0 > 0 {
-        s = latch.done.wait(s).unwrap_or_else(|e| e.into_inner());
-    }
-    s.1
-}
-
-/// Alignment of every buffer a kernel sees: one cache line, one AVX-512 vector.
-const ALIGN: usize = 64;
-
-unsafe extern "C" fn rt_alloc(_rt: *const TtRuntime, bytes: i64) -> *mut c_void {
-    // One alignment unit before the block remembers its size.
-    let Some(total) = usize::try_from(bytes)
-        .ok()
-        .and_then(|b| b.checked_add(ALIGN))
-    else {
-        return std::ptr::null_mut();
-    };
-    let Ok(layout) = std::alloc::Layout::from_size_align(total, ALIGN) else {
-        return std::ptr::null_mut();
-    };
-    // SAFETY: the layout's size is at least ALIGN, not zero.
-    let base = unsafe { std::alloc::alloc(layout) };
-    if base.is_null() {
-        return std::ptr::null_mut();
-    }
-    // SAFETY: the header lies inside the block and is aligned for usize.
-    unsafe {
-        (base as *mut usize).write(total);
-        base.add(ALIGN) as *mut c_void
-    }
-}
-
-unsafe extern "C" fn rt_free(_rt: *const TtRuntime, ptr: *mut c_void) {
-    if ptr.is_null() {
-        return;
-    }
-    // SAFETY: `ptr` came from `rt_alloc`, whose header holds the size of the block.
-    unsafe {
-        let base = (ptr as *mut u8).sub(ALIGN);
-        let total = (base as *const usize).read();
-        std::alloc::dealloc(
-            base,
-            std::alloc::Layout::from_size_align_unchecked(total, ALIGN),
-        );
-    }
+    pool().parallel_for(n, body, closure)
 }
 
 /// The element types kernels take; for all of them the all-zero bit pattern is zero.

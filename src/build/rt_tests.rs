@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 const DEFAULT_THREADS: usize = 3;
+include!("../runtime/shared_pool.rs");
 include!("rt.rs");
 
 use std::sync::atomic::AtomicI64;

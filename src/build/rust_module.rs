@@ -11,15 +11,21 @@
 //! exactly the element count of the parameter's shape; arrays must have its shape, in any
 //! layout. The wrappers pass 64-byte aligned slices to the kernel as they are and copy others
 //! into aligned buffers first, because the kernels' parameters are declared `align 64`. The
-//! module carries its own runtime ([`RUNTIME_SOURCE`]: thread pool, aligned allocation) and
-//! needs nothing but `std` (and `ndarray` for the `_nd` wrappers).
+//! module carries its runtime ([`RUNTIME_SOURCE`]: the JIT's thread pool and aligned
+//! allocation, as source) and needs nothing but `std` (and `ndarray` for the `_nd` wrappers).
 
 use crate::kernel::ParamSpec;
 use std::fmt::Write;
 use tensortune_schedules::DType;
 
-/// The runtime part of every generated module, copied in verbatim.
-pub const RUNTIME_SOURCE: &str = include_str!("rt.rs");
+/// The runtime part of every generated module, copied in verbatim: the thread pool and
+/// allocator that the JIT's [`crate::runtime::Runtime`] is made of, then the module's table,
+/// staging and error type.
+pub const RUNTIME_SOURCE: &str = concat!(
+    include_str!("../runtime/shared_pool.rs"),
+    "\n",
+    include_str!("rt.rs")
+);
 
 /// One kernel of the library, as the generated module sees it.
 #[derive(Clone, Debug)]
