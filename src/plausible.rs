@@ -6,6 +6,8 @@
 //! needs to catch times that are wrong by orders of magnitude (`0`, `1e-300`, a unit slip).
 
 use tensortune_records::MAX_FLOPS_PER_S;
+use tensortune_schedules::expr::DType;
+use tensortune_schedules::target::TargetKey;
 
 /// The slack over the target's peak before a time counts as impossible.
 const SLACK: f64 = 100.0;
@@ -14,30 +16,19 @@ const SLACK: f64 = 100.0;
 const MAX_CLOCK_GHZ: f64 = 6.0;
 
 /// The most FLOP/s a record of `target_key` may claim: for a CPU key, `SLACK` times
-/// threads × vector lanes of f32 × 2 FMA units × 2 flops × `MAX_CLOCK_GHZ` (lanes from the
-/// key's `-mattr`: AVX-512F 16, AVX 8, else 4); for any other key the target-blind limit of
-/// the records crate.
+/// threads × vector lanes of f32 × 2 FMA units × 2 flops × `MAX_CLOCK_GHZ` (the key's
+/// threads and vector width, as [`TargetKey::cpu_desc`] reads them); for any other key, or
+/// text that is not a key, the target-blind limit of the records crate.
 pub fn max_flops_per_s(target_key: &str) -> f64 {
-    let mut words = target_key.split_whitespace();
-    if words.next() != Some("llvm") {
+    let Some(desc) = target_key
+        .parse::<TargetKey>()
+        .ok()
+        .and_then(|k| k.cpu_desc())
+    else {
         return MAX_FLOPS_PER_S;
-    }
-    let (mut lanes, mut threads) = (4.0, 1.0);
-    for w in words {
-        if let Some(attrs) = w.strip_prefix("-mattr=") {
-            let has = |f: &str| attrs.split(',').any(|a| a == format!("+{f}"));
-            lanes = if has("avx512f") {
-                16.0
-            } else if has("avx") || has("avx2") {
-                8.0
-            } else {
-                4.0
-            };
-        } else if let Some(t) = w.strip_prefix("-threads=") {
-            threads = t.parse::<f64>().ok().filter(|t| *t >= 1.0).unwrap_or(1.0);
-        }
-    }
-    let peak = threads * lanes * 2.0 * 2.0 * MAX_CLOCK_GHZ * 1e9;
+    };
+    let lanes = desc.vector_lanes(DType::F32) as f64;
+    let peak = desc.threads() as f64 * lanes * 2.0 * 2.0 * MAX_CLOCK_GHZ * 1e9;
     (SLACK * peak).min(MAX_FLOPS_PER_S)
 }
 
@@ -61,6 +52,13 @@ mod tests {
         assert_eq!(two, 2.0 * one);
         assert_eq!(avx2, one / 2.0);
         assert_eq!(max_flops_per_s("cuda -arch=sm_90"), MAX_FLOPS_PER_S);
+        assert_eq!(max_flops_per_s("not a key"), MAX_FLOPS_PER_S);
+        // A key without -mattr promises SSE's 4 lanes; AVX without AVX2 has 8.
+        assert_eq!(max_flops_per_s("llvm -mcpu=x86-64"), one / 4.0);
+        assert_eq!(
+            max_flops_per_s("llvm -mcpu=sandybridge -mattr=+avx"),
+            one / 2.0
+        );
         // A real matmul 1024³ at 200 GFLOP/s passes; the same at 0 s or 1e-12 s does not.
         let flops = 2.0 * 1024f64.powi(3);
         let key = "llvm -mcpu=znver4 -mattr=+avx512f -threads=1";

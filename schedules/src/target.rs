@@ -144,6 +144,37 @@ impl TargetKey {
             TargetKey::Cuda(_) => self.clone(),
         }
     }
+
+    /// What the key alone says of a CPU: its widest vectors and its threads (caches unknown).
+    /// `None` for a GPU key, whose description comes from the device, not the key.
+    pub fn cpu_desc(&self) -> Option<TargetDesc> {
+        match self {
+            TargetKey::Llvm(k) => Some(TargetDesc::cpu(k.vector_bits(), self.threads())),
+            TargetKey::Cuda(_) => None,
+        }
+    }
+}
+
+impl LlvmKey {
+    /// True if the key's `-mattr` enables `feature` (named without its `+`).
+    pub fn has_feature(&self, feature: &str) -> bool {
+        self.features
+            .iter()
+            .flatten()
+            .any(|f| f.strip_prefix('+') == Some(feature))
+    }
+
+    /// The widest vectors the key's features allow, in bits: 512 with AVX-512F, 256 with AVX
+    /// or AVX2, else 128 (a key without `-mattr` promises no more than SSE).
+    pub fn vector_bits(&self) -> u32 {
+        if self.has_feature("avx512f") {
+            512
+        } else if self.has_feature("avx") || self.has_feature("avx2") {
+            256
+        } else {
+            128
+        }
+    }
 }
 
 impl FromStr for TargetKey {
