@@ -1,10 +1,13 @@
 //! Faults injected end to end through the `tensortune` binary: the tuner killed at random
-//! moments, forged and hostile records, outputs that name inputs, workloads too large for the
-//! memory, unbounded flags. Each must end in a sound database, a typed one-line error with
-//! exit status 2, and no process left behind; never a panic or an abort.
+//! moments; candidates that crash, hang, allocate without bound or write out of bounds
+//! (through the binary's fault plan, `TENSORTUNE_INJECT_FAULTS`); forged and hostile records;
+//! outputs that name inputs; workloads too large for the memory; unbounded flags; a database
+//! locked by another process, read-only, or on a full disk. Each must end in a sound
+//! database, a typed one-line error with exit status 2, and no process left behind; never a
+//! panic or an abort.
 //!
-//! Crashing, hanging and faulting candidates are covered at the measurer in `tests/measure.rs`
-//! (crash isolation for SEGV/BUS/ILL/FPE/ABRT/KILL and the watchdog).
+//! The measurer's own crash isolation (SEGV/BUS/ILL/FPE/ABRT/KILL, the watchdog) is tested on
+//! hand-written kernels in `tests/measure.rs`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -36,11 +39,16 @@ fn assert_usage_error(o: &Output, needle: &str) {
 const SPEC: &str = "matmul:M=16,N=16,K=16";
 
 fn tune_cmd(db: &Path, trials: &str) -> Command {
+    tune_of(SPEC, db, trials)
+}
+
+/// `tune` of `spec` in batches of 4, quietly.
+fn tune_of(spec: &str, db: &Path, trials: &str) -> Command {
     let mut c = bin();
     c.args([
         "tune",
         "--workload",
-        SPEC,
+        spec,
         "--trials",
         trials,
         "--batch-size",
@@ -406,4 +414,331 @@ fn unknown_llvm_options_are_usage_errors() {
         .output()
         .expect("run");
     assert!(out.status.success(), "{}", stderr(&out));
+}
+
+/// The error messages of `db`'s failed records, and how many records it holds.
+fn error_messages(db: &Path) -> (Vec<String>, usize) {
+    let d = Database::open_read_only(db).expect("opens");
+    assert_eq!(d.integrity_check().expect("check"), Vec::<String>::new());
+    let mut errors = Vec::new();
+    let mut n = 0;
+    for w in d.workloads().expect("workloads") {
+        for t in d.targets_of(&w.workload.key).expect("targets") {
+            for r in d.records(&w.workload.key, &t).expect("records") {
+                n += 1;
+                if let tensortune_records::Outcome::Failed { message, .. } = &r.outcome {
+                    errors.push(message.clone());
+                }
+            }
+        }
+    }
+    (errors, n)
+}
+
+#[test]
+fn candidates_that_crash_hang_exhaust_memory_or_write_out_of_bounds_cost_one_error_each() {
+    let dir = temp();
+    let db = dir.path().join("faults.db");
+    let needle = db.to_string_lossy().into_owned();
+    // Odd sizes, so the output (60 bytes) ends inside the alignment slack before its fence:
+    // the write just past it is seen by the fence check, not by a fault. Candidate 3 is the
+    // first sound one; the hang comes after it, so the cutoff stops it early.
+    let out = tune_of("matmul:M=3,N=5,K=7", &db, "8")
+        .env(
+            tensortune::measure::FAULTS_ENV,
+            "alloc@0,segv@1,oob@2,hang@5",
+        )
+        // The candidate that allocates without bound meets its cap (three quarters of what
+        // is left of this limit) in well under a second instead of filling the machine.
+        .pre_exec_limit_address_space(2 << 30)
+        .output()
+        .expect("tune");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
+    let (errors, n) = error_messages(&db);
+    assert_eq!(n, 8, "every candidate has its record");
+    for (needle, what) in [
+        ("out of memory for a temporary", "the allocating candidate"),
+        ("signal 11", "the segfaulting candidate"),
+        (
+            "wrote outside its output buffer 0",
+            "the out-of-bounds write",
+        ),
+        (
+            "before its checked first run finished",
+            "the hung candidate",
+        ),
+    ] {
+        let found = errors.iter().filter(|m| m.contains(needle)).count();
+        assert_eq!(found, 1, "{what}: `{needle}` in {errors:?}");
+    }
+    assert_eq!(
+        errors.len(),
+        4,
+        "only the injected candidates failed: {errors:?}"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("GFLOP/s"),
+        "a best was found and re-measured"
+    );
+    assert_eq!(
+        processes_naming(&needle),
+        Vec::<u32>::new(),
+        "no child left"
+    );
+    // A write just past an output that ends on a page boundary faults on the fence.
+    let db2 = dir.path().join("fence.db");
+    let out = tune_cmd(&db2, "4")
+        .env(tensortune::measure::FAULTS_ENV, "oob@0")
+        .output()
+        .expect("tune");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let (errors, _) = error_messages(&db2);
+    assert!(
+        errors.len() == 1 && errors[0].contains("signal 11"),
+        "{errors:?}"
+    );
+    // A malformed plan would test nothing: refused up front.
+    let out = tune_cmd(&dir.path().join("x.db"), "4")
+        .env(tensortune::measure::FAULTS_ENV, "boom@1")
+        .output()
+        .expect("tune");
+    assert_usage_error(&out, "boom@1");
+}
+
+/// Tunes `SPEC` for 4 trials into `db` and exports its records to `to`.
+fn tune_and_export(db: &Path, to: &Path) {
+    assert!(tune_cmd(db, "4").output().expect("tune").status.success());
+    let out = bin()
+        .args(["export", "--db"])
+        .arg(db)
+        .arg("--out")
+        .arg(to)
+        .output()
+        .expect("export");
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+#[test]
+fn a_database_locked_past_the_busy_timeout_is_a_usage_error_and_readers_still_work() {
+    let dir = temp();
+    let db = dir.path().join("locked.db");
+    let exported = dir.path().join("records.jsonl");
+    tune_and_export(&db, &exported);
+    let before = error_messages(&db).1;
+    // Another process's writer holds the lock: rusqlite's own build of SQLite, in this
+    // process, with a transaction that is never committed.
+    let holder = rusqlite::Connection::open(&db).expect("open");
+    holder
+        .execute_batch("BEGIN IMMEDIATE; UPDATE runs SET finished_at = finished_at;")
+        .expect("lock");
+    let t0 = Instant::now();
+    let out = tune_cmd(&db, "8")
+        .env(tensortune_records::BUSY_TIMEOUT_ENV, "1")
+        .output()
+        .expect("tune");
+    assert_usage_error(&out, "locked by another process");
+    assert!(t0.elapsed() >= Duration::from_millis(900), "it waited");
+    let out = bin()
+        .args(["import", "--db"])
+        .arg(&db)
+        .arg(&exported)
+        .env(tensortune_records::BUSY_TIMEOUT_ENV, "0.5")
+        .output()
+        .expect("import");
+    assert_usage_error(&out, "locked by another process");
+    // Readers are not writers: WAL lets them read past the lock.
+    for args in [
+        vec!["records", "--db"],
+        vec!["best", "--workload", SPEC, "--db"],
+        vec!["export", "--db"],
+    ] {
+        let out = bin()
+            .args(&args)
+            .arg(&db)
+            .env(tensortune_records::BUSY_TIMEOUT_ENV, "1")
+            .output()
+            .expect("reader");
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        assert!(!out.stdout.is_empty(), "{args:?}");
+    }
+    holder.execute_batch("ROLLBACK").expect("unlock");
+    drop(holder);
+    assert_eq!(
+        error_messages(&db).1,
+        before,
+        "nothing lost, nothing half-written"
+    );
+    // A bad timeout is refused, not replaced by the default.
+    let out = tune_cmd(&db, "8")
+        .env(tensortune_records::BUSY_TIMEOUT_ENV, "forever")
+        .output()
+        .expect("tune");
+    assert_usage_error(&out, tensortune_records::BUSY_TIMEOUT_ENV);
+}
+
+/// Runs the command as `nobody` when this test runs as root (for whom permissions do not
+/// apply), so that a file and folder the test makes read-only are read-only to it.
+fn as_unprivileged(c: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: getuid has no preconditions.
+    if unsafe { libc::getuid() } == 0 {
+        c.uid(65534).gid(65534);
+    }
+    c
+}
+
+#[test]
+fn a_read_only_database_serves_every_reader_and_refuses_writers_cleanly() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = temp();
+    let folder = dir.path().join("ro");
+    std::fs::create_dir(&folder).expect("mkdir");
+    let db = folder.join("frozen.db");
+    assert!(tune_cmd(&db, "4").output().expect("tune").status.success());
+    let bytes = std::fs::read(&db).expect("read");
+    // Reachable by `nobody`, writable by no one but root.
+    let perms = |p: &Path, mode: u32| {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).expect("chmod")
+    };
+    perms(dir.path(), 0o755);
+    perms(&folder, 0o555);
+    perms(&db, 0o444);
+    let outdir = dir.path().join("out");
+    std::fs::create_dir(&outdir).expect("mkdir");
+    perms(&outdir, 0o777);
+    let report = outdir.join("r.html");
+    if !as_unprivileged(bin().arg("--version"))
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        eprintln!("skipped: the binary is not reachable by `nobody` from this checkout");
+        return;
+    }
+    let readers: Vec<Vec<&str>> = vec![
+        vec!["records", "--db"],
+        vec!["best", "--workload", SPEC, "--db"],
+        vec!["export", "--db"],
+        vec!["show", "--workload", SPEC, "--db"],
+        vec!["run", "--workload", SPEC, "--repeat", "1", "--db"],
+        vec!["codegen", "--workload", SPEC, "--emit", "loop", "--db"],
+    ];
+    for args in &readers {
+        let out = as_unprivileged(bin().args(args).arg(&db))
+            .output()
+            .expect("reader");
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        assert!(!out.stdout.is_empty(), "{args:?}");
+    }
+    let out = as_unprivileged(
+        bin()
+            .args(["report", "--out"])
+            .arg(&report)
+            .arg("--db")
+            .arg(&db),
+    )
+    .output()
+    .expect("report");
+    assert!(out.status.success(), "report: {}", stderr(&out));
+    assert!(report.exists());
+    // Writers: a clear one-line error, exit 2, the file untouched.
+    let out = as_unprivileged(&mut tune_cmd(&db, "8"))
+        .output()
+        .expect("tune");
+    assert_usage_error(&out, "frozen.db");
+    let out = as_unprivileged(bin().args(["import", "--db"]).arg(&db).arg("/dev/null"))
+        .output()
+        .expect("import");
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    perms(&folder, 0o755);
+    assert_eq!(std::fs::read(&db).expect("read"), bytes, "unchanged");
+}
+
+/// A small tmpfs mounted for one test and unmounted when dropped (root only).
+struct SmallDisk(PathBuf);
+
+impl SmallDisk {
+    fn mount(at: PathBuf, kib: u32) -> Option<SmallDisk> {
+        // SAFETY: getuid has no preconditions.
+        if unsafe { libc::getuid() } != 0 {
+            return None;
+        }
+        std::fs::create_dir_all(&at).ok()?;
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={kib}k"), "tmpfs"])
+            .arg(&at)
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then_some(SmallDisk(at))
+    }
+
+    /// Fills what is left with a file, so the next write fails.
+    fn fill(&self) {
+        use std::io::Write;
+        let mut f = std::fs::File::create(self.0.join("filler")).expect("filler");
+        let block = vec![7u8; 4096];
+        while f.write_all(&block).is_ok() {}
+        let _ = f.write_all(&[7u8; 1]);
+        let _ = f.sync_all();
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn a_full_disk_is_a_usage_error_and_keeps_every_record_and_output() {
+    let dir = temp();
+    let Some(disk) = SmallDisk::mount(dir.path().join("disk"), 1024) else {
+        eprintln!("skipped: a full disk needs root to mount a small tmpfs");
+        return;
+    };
+    let db = disk.0.join("full.db");
+    let export = disk.0.join("records.jsonl");
+    tune_and_export(&db, &export);
+    let exported = std::fs::read(&export).expect("read");
+    let before = error_messages(&db).1;
+    disk.fill();
+    let out = tune_cmd(&db, "64").output().expect("tune");
+    assert_usage_error(&out, "full");
+    // An output rewritten on the full disk stays as it was: written elsewhere first, renamed
+    // into place only when whole.
+    let report = disk.0.join("report.html");
+    std::fs::write(&report, b"old report").expect("small write fits");
+    for args in [
+        vec!["export", "--out", export.to_str().expect("utf-8")],
+        vec!["report", "--out", report.to_str().expect("utf-8")],
+    ] {
+        let out = bin()
+            .args(&args)
+            .arg("--db")
+            .arg(&db)
+            .output()
+            .expect("runs");
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        assert_eq!(
+            stderr(&out).trim_end().lines().count(),
+            1,
+            "{}",
+            stderr(&out)
+        );
+    }
+    assert_eq!(std::fs::read(&export).expect("read"), exported);
+    assert_eq!(std::fs::read(&report).expect("read"), b"old report");
+    let _ = std::fs::remove_file(disk.0.join("filler"));
+    assert_eq!(error_messages(&db).1, before, "every committed record kept");
+    let leftovers: Vec<_> = std::fs::read_dir(&disk.0)
+        .expect("ls")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("tmp"))
+        .collect();
+    assert_eq!(
+        leftovers,
+        Vec::<String>::new(),
+        "no temporary file left behind"
+    );
 }

@@ -25,9 +25,46 @@ use crate::types::{
     Workload, WorkloadInfo,
 };
 
-/// How long a writer waits for another writer's transaction before giving up. Batches are
-/// small (one measured batch), so a wait this long means a stuck process, not contention.
+/// How long a writer waits for another writer's transaction before giving up, unless
+/// [`BUSY_TIMEOUT_ENV`] says otherwise. Batches are small (one measured batch), so a wait
+/// this long means a stuck process, not contention.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The environment variable that sets the busy timeout in seconds (0 to 86400, fractions
+/// allowed): longer for a database many jobs share, shorter for a script that would rather
+/// fail fast.
+pub const BUSY_TIMEOUT_ENV: &str = "TENSORTUNE_BUSY_TIMEOUT";
+
+/// The busy timeout in force: [`BUSY_TIMEOUT_ENV`] when set to a valid number of seconds,
+/// else [`BUSY_TIMEOUT`] (the binary refuses an invalid value up front, through
+/// [`check_busy_timeout_env`]).
+pub fn busy_timeout() -> Duration {
+    env_busy_timeout().ok().flatten().unwrap_or(BUSY_TIMEOUT)
+}
+
+/// An error naming what is wrong with [`BUSY_TIMEOUT_ENV`], if it is set to anything but a
+/// number of seconds from 0 to 86400.
+pub fn check_busy_timeout_env() -> std::result::Result<(), String> {
+    env_busy_timeout().map(|_| ())
+}
+
+fn env_busy_timeout() -> std::result::Result<Option<Duration>, String> {
+    let Some(text) = std::env::var_os(BUSY_TIMEOUT_ENV) else {
+        return Ok(None);
+    };
+    let text = text.to_string_lossy();
+    text.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|s| (0.0..=86_400.0).contains(s))
+        .map(|s| Some(Duration::from_secs_f64(s)))
+        .ok_or_else(|| {
+            format!(
+                "{BUSY_TIMEOUT_ENV} must be a number of seconds from 0 to 86400, not `{}`",
+                text.escape_debug()
+            )
+        })
+}
 
 /// An open records database.
 #[derive(Debug)]
@@ -73,14 +110,10 @@ impl Database {
         if !path.exists() {
             return Err(RecordsError::Missing { path });
         }
-        let conn = Connection::open_with_flags(
-            &path,
-            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )
-        .map_err(|e| sqlite_error(&path, e))?;
+        let conn = Self::connect_read_only(&path)?;
         let db = Database { conn, path };
         db.conn
-            .busy_timeout(BUSY_TIMEOUT)
+            .busy_timeout(busy_timeout())
             .map_err(|e| db.error(e))?;
         match schema::inspect(&db.conn).map_err(|e| db.error(e))? {
             Kind::Records(v) if v <= SCHEMA_VERSION => Ok(db),
@@ -100,6 +133,32 @@ impl Database {
         }
     }
 
+    /// A read-only connection. A WAL database needs its shared-memory file, which a reader
+    /// cannot create in a folder it may not write; when no write-ahead log is there either
+    /// (no connection has the file open for writing: the last one to close removes it), the
+    /// file is complete on its own and is read as immutable instead.
+    fn connect_read_only(path: &Path) -> Result<Connection> {
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let first = Connection::open_with_flags(path, flags).and_then(|c| {
+            // Opening is lazy: this read is what needs the shared memory.
+            c.query_row("SELECT count(*) FROM sqlite_master", [], |_| Ok(()))?;
+            Ok(c)
+        });
+        let e = match first {
+            Ok(c) => return Ok(c),
+            Err(e) => e,
+        };
+        let mut wal = path.as_os_str().to_os_string();
+        wal.push("-wal");
+        if e.sqlite_error_code() != Some(rusqlite::ErrorCode::ReadOnly) || Path::new(&wal).exists()
+        {
+            return Err(sqlite_error(path, e));
+        }
+        let uri = format!("file:{}?immutable=1", uri_path(path));
+        Connection::open_with_flags(&uri, flags | OpenFlags::SQLITE_OPEN_URI)
+            .map_err(|e| sqlite_error(path, e))
+    }
+
     /// Opens (creating and migrating when asked), retrying while another process holds a
     /// lock the busy timeout does not wait for: SQLite answers `SQLITE_BUSY` at once, without
     /// the busy handler, where waiting could deadlock (two processes creating one file, each
@@ -109,7 +168,7 @@ impl Database {
         let mut pause = Duration::from_millis(2);
         loop {
             match Self::open_once(path, create) {
-                Err(e) if e.is_busy() && start.elapsed() < BUSY_TIMEOUT => {
+                Err(e) if e.is_busy() && start.elapsed() < busy_timeout() => {
                     std::thread::sleep(pause);
                     pause = (pause * 2).min(Duration::from_millis(100));
                 }
@@ -130,7 +189,7 @@ impl Database {
         let conn = Connection::open_with_flags(&path, flags).map_err(|e| sqlite_error(&path, e))?;
         let mut db = Database { conn, path };
         db.conn
-            .busy_timeout(BUSY_TIMEOUT)
+            .busy_timeout(busy_timeout())
             .map_err(|e| db.error(e))?;
         match schema::inspect(&db.conn).map_err(|e| db.error(e))? {
             Kind::Empty => {}
@@ -495,12 +554,36 @@ impl Database {
     }
 }
 
+/// `path` for a `file:` URI: bytes outside the unreserved set percent-encoded.
+fn uri_path(path: &Path) -> String {
+    let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    #[cfg(unix)]
+    let bytes = std::os::unix::ffi::OsStrExt::as_bytes(abs.as_os_str()).to_vec();
+    #[cfg(not(unix))]
+    let bytes = abs.to_string_lossy().replace('\\', "/").into_bytes();
+    let mut out = String::new();
+    for &b in &bytes {
+        if b.is_ascii_alphanumeric() || b"/-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
 /// Classifies a SQLite error: a file that is not a database or is damaged gets its own
 /// variant, everything else is [`RecordsError::Sqlite`].
 pub(crate) fn sqlite_error(path: &Path, e: rusqlite::Error) -> RecordsError {
     let path = path.to_path_buf();
     match e.sqlite_error_code() {
         Some(rusqlite::ErrorCode::NotADatabase) => RecordsError::NotADatabase { path },
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked) => {
+            RecordsError::Locked {
+                path,
+                waited_s: busy_timeout().as_secs_f64(),
+            }
+        }
         Some(rusqlite::ErrorCode::DatabaseCorrupt) => RecordsError::Corrupt {
             path,
             message: e.to_string(),

@@ -75,6 +75,18 @@ pub enum RecordsError {
         /// The journal mode SQLite kept.
         mode: String,
     },
+    /// Another process held a lock on the database for longer than the busy timeout.
+    #[error(
+        "{}: locked by another process for longer than {waited_s} s (set {} to wait longer)",
+        path.display(),
+        crate::BUSY_TIMEOUT_ENV
+    )]
+    Locked {
+        /// The database file.
+        path: PathBuf,
+        /// How long this process waited, in seconds.
+        waited_s: f64,
+    },
     /// SQLite refused an operation for a reason other than the ones above.
     #[error("{}: {source}", path.display())]
     Sqlite {
@@ -136,7 +148,9 @@ impl RecordsError {
             | RecordsError::NewerSchema { .. }
             | RecordsError::ImportRejected { .. }
             | RecordsError::MergeIntoSelf { .. }
-            | RecordsError::NoWal { .. } => true,
+            | RecordsError::NoWal { .. }
+            // Another process's to release (or a longer timeout to ask for), not a bug here.
+            | RecordsError::Locked { .. } => true,
             // A full disk is the user's to free, like every other place it shows up: the
             // same exit status whichever subcommand meets it.
             RecordsError::Io { source, .. } => matches!(
@@ -166,13 +180,7 @@ impl RecordsError {
 impl RecordsError {
     /// True for SQLite's "database is busy" or "locked": another connection holds a lock.
     pub(crate) fn is_busy(&self) -> bool {
-        matches!(
-            self,
-            RecordsError::Sqlite { source, .. } if matches!(
-                source.sqlite_error_code(),
-                Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
-            )
-        )
+        matches!(self, RecordsError::Locked { .. })
     }
 }
 

@@ -58,7 +58,7 @@ mod types;
 mod validate;
 
 pub use atomic::{write_atomic, write_bytes_atomic};
-pub use db::{Database, BUSY_TIMEOUT};
+pub use db::{busy_timeout, check_busy_timeout_env, Database, BUSY_TIMEOUT, BUSY_TIMEOUT_ENV};
 pub use error::{InvalidReason, LineError, LineErrorKind, RecordsError, Result};
 pub use hash::{compact_json, trace_hash};
 pub use jsonl::{to_json_line, ImportMode, ImportReport, FORMAT};

@@ -124,6 +124,9 @@ fn run(command: Command) -> Result<(), CliError> {
         tensortune::codegen::llvm::check_llvm_options()
             .map_err(|e| CliError::Usage(e.to_string()))?;
     }
+    // The fault plan is a test hook; a malformed one would silently test nothing.
+    tensortune::measure::check_fault_plan().map_err(CliError::Usage)?;
+    tensortune_records::check_busy_timeout_env().map_err(CliError::Usage)?;
     let stdout = io::stdout();
     let mut out = stdout.lock();
     match command {

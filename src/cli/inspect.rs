@@ -60,7 +60,7 @@ pub fn workloads(_args: &WorkloadsArgs, out: &mut dyn Write) -> Result<(), CliEr
 /// Prints the best record of a workload as its trace and its lowered loop nest.
 pub fn show(args: &ShowArgs, out: &mut dyn Write) -> Result<(), CliError> {
     let (w, dag) = parse_workload(&args.workload)?;
-    let db = Database::open_existing(&args.db)?;
+    let db = Database::open_read_only(&args.db)?;
     let target = args.target.clone().unwrap_or_else(|| Target::host(1).key());
     let key = w.canonical();
     let Some(r) = db.best(&key, &target)? else {

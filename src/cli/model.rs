@@ -120,7 +120,7 @@ fn objectives(s: &str) -> Result<Vec<Objective>, CliError> {
 
 /// Opens the database and picks the target.
 fn open(source: &Source) -> Result<(Database, String), CliError> {
-    let db = Database::open_existing(&source.db)?;
+    let db = Database::open_read_only(&source.db)?;
     let targets = db.targets()?;
     let target = match &source.target {
         Some(t) if targets.contains(t) => t.clone(),

@@ -227,7 +227,7 @@ pub(crate) fn plot_targets(
 /// `tensortune plot`: writes the curve to `--out` (or `out` for `-`) and says so on `out`.
 pub fn plot(args: &PlotArgs, out: &mut dyn Write) -> Result<(), CliError> {
     super::output::refuse_clobbering(&[("--db", &args.db)], &[("--out", &args.out)])?;
-    let db = Database::open_existing(&args.db)?;
+    let db = Database::open_read_only(&args.db)?;
     let key = workload_key(&db, &args.workload)?;
     let targets = plot_targets(&db, &key, args.target.as_deref())?;
     let curves = curves(&db, &key, &targets)?;

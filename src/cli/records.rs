@@ -138,7 +138,7 @@ impl RecordValidator for SchedulesValidator {
 /// `tensortune records --db DB`: a table of workload, target, trials, errors, best latency
 /// and GFLOP/s.
 pub fn records(args: &RecordsArgs, out: &mut dyn Write) -> Result<(), CliError> {
-    let db = Database::open_existing(&args.db)?;
+    let db = Database::open_read_only(&args.db)?;
     let rows = db.summary()?;
     if rows.is_empty() {
         return write_out(out, &format!("{}: no records\n", args.db.display()));
@@ -167,7 +167,7 @@ pub fn records(args: &RecordsArgs, out: &mut dyn Write) -> Result<(), CliError> 
 
 /// `tensortune best`: the fastest successful record per target.
 pub fn best(args: &BestArgs, out: &mut dyn Write) -> Result<(), CliError> {
-    let db = Database::open_existing(&args.db)?;
+    let db = Database::open_read_only(&args.db)?;
     let key = workload_key(&db, &args.workload)?;
     let targets = match &args.target {
         Some(t) => vec![t.clone()],
@@ -211,7 +211,7 @@ pub fn export(args: &ExportArgs, out: &mut dyn Write) -> Result<(), CliError> {
     if let Some(path) = &args.out {
         super::output::refuse_clobbering(&[("--db", &args.db)], &[("--out", path)])?;
     }
-    let db = Database::open_existing(&args.db)?;
+    let db = Database::open_read_only(&args.db)?;
     let result = match &args.out {
         Some(path) => db.export_file(path),
         None => db.export_to(out, Path::new("<stdout>")),

@@ -211,7 +211,7 @@ fn workload_section(
 /// `tensortune report`: writes the page to `--out` (or `out` for `-`) and says so on `out`.
 pub fn report(args: &ReportArgs, out: &mut dyn Write) -> Result<(), CliError> {
     super::output::refuse_clobbering(&[("--db", &args.db)], &[("--out", &args.out)])?;
-    let db = Database::open_existing(&args.db)?;
+    let db = Database::open_read_only(&args.db)?;
     let html = render(&db)?;
     if args.out.as_os_str() == "-" {
         return write_out(out, &html);

@@ -73,7 +73,7 @@ fn schedule_from(
     target: &str,
 ) -> Result<(State, &'static str), CliError> {
     if let Some(path) = db {
-        let db = tensortune_records::Database::open_existing(path)?;
+        let db = tensortune_records::Database::open_read_only(path)?;
         for r in db.best_k(&spec.canonical(), target, 8)? {
             match tensortune_schedules::trace::Trace::from_json(&r.trace_json)
                 .and_then(|t| t.replay(dag))

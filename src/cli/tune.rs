@@ -163,6 +163,11 @@ pub fn tune(args: &TuneArgs, out: &mut dyn Write) -> Result<(), CliError> {
     }
     let reports = tune_dags(tasks, &target, &opts).map_err(|e| match e {
         TuneError::Records(r) if r.is_user_error() => CliError::Usage(r.to_string()),
+        // Met while the run was under way (a disk that filled, a lock held too long): the
+        // same user's error as at the start.
+        TuneError::Tuner(tensortune_tuner::tuning::TuneError::Records(r)) if r.is_user_error() => {
+            CliError::Usage(r.to_string())
+        }
         TuneError::Spec(s) => CliError::Usage(s.to_string()),
         TuneError::Target(t) => CliError::Usage(t.to_string()),
         e => CliError::Internal(e.to_string()),

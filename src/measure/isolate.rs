@@ -23,6 +23,7 @@ pub(super) fn run_forked(
     let (rd, wr) = (fds[0], fds[1]);
     // SAFETY: getpid cannot fail.
     let parent = unsafe { libc::getpid() };
+    let fault = super::inject::next_forked();
     // SAFETY: the child only runs `child_main`, which touches no lock another thread of the
     // parent could hold except the allocator's: glibc's malloc resets its locks in the child,
     // and mimalloc (the `tensortune` binary's) gives each thread its own heap, which here is
@@ -42,7 +43,8 @@ pub(super) fn run_forked(
         // SAFETY: in the child; `rd` is the parent's end.
         unsafe { libc::close(rd) };
         die_with_parent(parent);
-        child_main(k, reference, opts, wr);
+        limit_memory();
+        child_main(k, reference, opts, wr, fault);
     }
     // SAFETY: the parent's copy of the write end; closing it lets EOF arrive when the child
     // exits.
@@ -151,10 +153,17 @@ pub(super) fn run_forked(
 }
 
 #[cfg(unix)]
-fn child_main(k: &Kernel, reference: &Reference, opts: &MeasureOptions, wr: i32) -> ! {
+fn child_main(
+    k: &Kernel,
+    reference: &Reference,
+    opts: &MeasureOptions,
+    wr: i32,
+    fault: Option<super::inject::Fault>,
+) -> ! {
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let rt = crate::runtime::Runtime::new(opts.threads).map_err(|e| internal(e.to_string()))?;
-        measure_one(k, reference, opts, &rt, &mut || write_all(wr, &[CHECKED]))
+        let checked = &mut || write_all(wr, &[CHECKED]);
+        measure_one(k, reference, opts, &rt, checked, fault)
     }))
     .unwrap_or_else(|_| Err(internal("the measuring child panicked".into())));
     write_all(wr, &serde_json::to_vec(&result).unwrap_or_default());
@@ -179,6 +188,35 @@ fn die_with_parent(parent: libc::pid_t) {
         }
     }
 }
+
+/// Caps the child's address space at what it has mapped plus three quarters of the memory
+/// the machine (or the tuner's own limit) still has, so a candidate that allocates without
+/// bound fails its allocation instead of waking the out-of-memory killer, which might pick
+/// the tuner.
+#[cfg(target_os = "linux")]
+fn limit_memory() {
+    let (Some(room), Some(mapped)) = (
+        crate::runtime::memory::available_bytes(),
+        crate::runtime::memory::mapped_bytes(),
+    ) else {
+        return;
+    };
+    let cap = mapped.saturating_add(room / 4 * 3);
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit read and write one rlimit we own.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_AS, &mut lim) == 0 && cap < lim.rlim_cur {
+            lim.rlim_cur = cap;
+            libc::setrlimit(libc::RLIMIT_AS, &lim);
+        }
+    }
+}
+
+#[cfg(all(unix, not(target_os = "linux")))]
+fn limit_memory() {}
 
 /// The byte a child writes when its first run passed the check (JSON never starts with it).
 #[cfg(unix)]
@@ -224,5 +262,5 @@ pub(super) fn run_forked(
     opts: &MeasureOptions,
 ) -> MeasureResult {
     let rt = crate::runtime::Runtime::new(opts.threads).map_err(|e| internal(e.to_string()))?;
-    measure_one(k, reference, opts, &rt, &mut || {})
+    measure_one(k, reference, opts, &rt, &mut || {}, None)
 }

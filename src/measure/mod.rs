@@ -27,7 +27,11 @@
 //! (for debugging, and the only mode elsewhere) a crash ends the process and a hang is not
 //! interrupted.
 
+mod inject;
 mod isolate;
+
+use inject::Fault;
+pub use inject::{check_fault_plan, FAULTS_ENV};
 
 use crate::codegen::{CodegenOptions, HostTarget};
 use crate::kernel::{BuildError, Kernel};
@@ -257,7 +261,7 @@ impl CpuMeasurer {
         let r = std::sync::Arc::new(Reference {
             inputs: inputs
                 .iter()
-                .map(AlignedBuffer::from_nd)
+                .map(AlignedBuffer::fenced_from_nd)
                 .collect::<Result<_, _>>()
                 .map_err(|e| internal(e.to_string()))?,
             expected,
@@ -283,7 +287,7 @@ impl CpuMeasurer {
             Isolation::Fork => isolate::run_forked(k, reference, &self.opts),
             Isolation::InProcess => {
                 let rt = Runtime::new(self.opts.threads).map_err(|e| internal(e.to_string()))?;
-                measure_one(k, reference, &self.opts, &rt, &mut || {})
+                measure_one(k, reference, &self.opts, &rt, &mut || {}, None)
             }
         }
     }
@@ -352,12 +356,13 @@ impl Measurer for CpuMeasurer {
     }
 }
 
-/// Output buffers pre-filled with a value no correct kernel leaves behind.
+/// Output buffers pre-filled with a value no correct kernel leaves behind, between fence
+/// pages ([`AlignedBuffer::fenced`]) so that writes outside them are caught.
 fn poisoned_outputs(k: &Kernel) -> Result<Vec<AlignedBuffer>, MeasureError> {
     k.outputs()
         .map(|p| {
             let mut b =
-                AlignedBuffer::zeros(&p.shape, p.dtype).map_err(|e| internal(e.to_string()))?;
+                AlignedBuffer::fenced(&p.shape, p.dtype).map_err(|e| internal(e.to_string()))?;
             match p.dtype {
                 DType::F32 => b.as_mut_slice::<f32>().map(|s| s.fill(f32::NAN)),
                 DType::F64 => b.as_mut_slice::<f64>().map(|s| s.fill(f64::NAN)),
@@ -387,6 +392,7 @@ pub(crate) fn measure_one(
     opts: &MeasureOptions,
     rt: &Runtime,
     checked: &mut dyn FnMut(),
+    fault: Option<Fault>,
 ) -> MeasureResult {
     let preparing = Instant::now();
     let mut outs = poisoned_outputs(k)?;
@@ -395,10 +401,18 @@ pub(crate) fn measure_one(
     let first = Instant::now();
     {
         let mut out_refs: Vec<&mut AlignedBuffer> = outs.iter_mut().collect();
-        k.run(rt, &ins, &mut out_refs)
-            .map_err(|e| MeasureError::new(MeasureErrorKind::Runtime, e.to_string()))?;
+        let ran = match fault {
+            Some(Fault::Hang) => inject::hang(),
+            Some(Fault::Alloc) => k.status(inject::exhaust_allocator(rt)),
+            _ => k.run(rt, &ins, &mut out_refs),
+        };
+        ran.map_err(|e| MeasureError::new(MeasureErrorKind::Runtime, e.to_string()))?;
+        if let (Some(f), Some(out)) = (fault, out_refs.first_mut()) {
+            inject::write_outside(f, out);
+        }
     }
     let first_s = first.elapsed().as_secs_f64();
+    check_fences(&outs, &ins)?;
     let checking = Instant::now();
     if opts.check {
         check_outputs(&outs, reference)?;
@@ -413,9 +427,28 @@ pub(crate) fn measure_one(
     };
     let mut out_refs: Vec<&mut AlignedBuffer> = outs.iter_mut().collect();
     let mut t = time_kernel(k, rt, &ins, &mut out_refs, &rest)?;
+    check_fences(&outs, &ins)?;
     t.check_s = check_s;
     t.first_s = first_s;
     Ok(t)
+}
+
+/// A `Runtime` error when a kernel wrote just outside one of its buffers (a write far outside
+/// faults on the fence instead).
+fn check_fences(outs: &[AlignedBuffer], ins: &[&AlignedBuffer]) -> Result<(), MeasureError> {
+    let broken = |what: &str, i: usize| {
+        MeasureError::new(
+            MeasureErrorKind::Runtime,
+            format!("wrote outside its {what} buffer {i} (the bytes next to it changed)"),
+        )
+    };
+    if let Some(i) = outs.iter().position(|b| !b.fences_intact()) {
+        return Err(broken("output", i));
+    }
+    if let Some(i) = ins.iter().position(|b| !b.fences_intact()) {
+        return Err(broken("input", i));
+    }
+    Ok(())
 }
 
 fn wrong(i: usize, d: f64, tol: f64) -> MeasureError {

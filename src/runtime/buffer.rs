@@ -1,5 +1,6 @@
 //! [`AlignedBuffer`]: a 64-byte aligned, zero-initialized host array with a dtype and shape.
 
+use super::fenced::Fenced;
 use std::alloc::Layout;
 use tensortune_schedules::data::{Data, DataError, NdData};
 use tensortune_schedules::DType;
@@ -73,6 +74,9 @@ pub struct AlignedBuffer {
     bytes: usize,
     dtype: DType,
     shape: Vec<i64>,
+    /// Set for a buffer between fence pages ([`AlignedBuffer::fenced`]); `None` for one from
+    /// the allocator.
+    fence: Option<Fenced>,
 }
 
 // SAFETY: the buffer exclusively owns its allocation, like a `Vec<u8>`.
@@ -83,19 +87,11 @@ unsafe impl Sync for AlignedBuffer {}
 impl AlignedBuffer {
     /// A zero-filled buffer.
     pub fn zeros(shape: &[i64], dtype: DType) -> Result<AlignedBuffer, BufferError> {
-        if matches!(dtype, DType::Bool) {
-            return Err(BufferError::BadDType(dtype));
-        }
+        let bytes = Self::bytes_of(shape, dtype)?;
         let bad = || BufferError::BadShape {
             shape: shape.to_vec(),
             dtype,
         };
-        let mut n: usize = 1;
-        for &d in shape {
-            let d = usize::try_from(d).map_err(|_| bad())?;
-            n = n.checked_mul(d).ok_or_else(bad)?;
-        }
-        let bytes = n.checked_mul(dtype.bytes()).ok_or_else(bad)?;
         // Allocate at least one line so the pointer is always valid and aligned.
         let layout =
             Layout::from_size_align(bytes.max(BUFFER_ALIGN), BUFFER_ALIGN).map_err(|_| bad())?;
@@ -109,18 +105,73 @@ impl AlignedBuffer {
             bytes,
             dtype,
             shape: shape.to_vec(),
+            fence: None,
         })
+    }
+
+    /// A zero-filled buffer between two inaccessible pages, for running untrusted kernels: a
+    /// write far outside it faults, and one just outside it shows in
+    /// [`AlignedBuffer::fences_intact`]. Where the system has no such mappings, a plain
+    /// buffer (whose fences are always intact).
+    pub fn fenced(shape: &[i64], dtype: DType) -> Result<AlignedBuffer, BufferError> {
+        let bytes = Self::bytes_of(shape, dtype)?;
+        match Fenced::new(bytes, BUFFER_ALIGN) {
+            Some(fence) => Ok(AlignedBuffer {
+                ptr: fence.ptr(),
+                bytes,
+                dtype,
+                shape: shape.to_vec(),
+                fence: Some(fence),
+            }),
+            None if cfg!(unix) => Err(BufferError::OutOfMemory(bytes)),
+            None => AlignedBuffer::zeros(shape, dtype),
+        }
+    }
+
+    /// A fenced ([`AlignedBuffer::fenced`]) copy of host data.
+    pub fn fenced_from_nd(nd: &NdData) -> Result<AlignedBuffer, BufferError> {
+        let mut b = AlignedBuffer::fenced(&nd.shape, nd.data.dtype())?;
+        b.copy_from_nd(nd)?;
+        Ok(b)
+    }
+
+    /// False once something wrote just outside a fenced buffer's data (always true for a
+    /// buffer that is not fenced).
+    pub fn fences_intact(&self) -> bool {
+        self.fence.as_ref().is_none_or(Fenced::intact)
+    }
+
+    /// Bytes of `shape` elements of `dtype`, checked.
+    fn bytes_of(shape: &[i64], dtype: DType) -> Result<usize, BufferError> {
+        if matches!(dtype, DType::Bool) {
+            return Err(BufferError::BadDType(dtype));
+        }
+        let bad = || BufferError::BadShape {
+            shape: shape.to_vec(),
+            dtype,
+        };
+        let mut n: usize = 1;
+        for &d in shape {
+            let d = usize::try_from(d).map_err(|_| bad())?;
+            n = n.checked_mul(d).ok_or_else(bad)?;
+        }
+        n.checked_mul(dtype.bytes()).ok_or_else(bad)
     }
 
     /// A copy of host data.
     pub fn from_nd(nd: &NdData) -> Result<AlignedBuffer, BufferError> {
         let mut b = AlignedBuffer::zeros(&nd.shape, nd.data.dtype())?;
-        match &nd.data {
-            Data::F32(v) => b.as_mut_slice::<f32>()?.copy_from_slice(v),
-            Data::F64(v) => b.as_mut_slice::<f64>()?.copy_from_slice(v),
-            Data::I32(v) => b.as_mut_slice::<i32>()?.copy_from_slice(v),
-        }
+        b.copy_from_nd(nd)?;
         Ok(b)
+    }
+
+    fn copy_from_nd(&mut self, nd: &NdData) -> Result<(), BufferError> {
+        match &nd.data {
+            Data::F32(v) => self.as_mut_slice::<f32>()?.copy_from_slice(v),
+            Data::F64(v) => self.as_mut_slice::<f64>()?.copy_from_slice(v),
+            Data::I32(v) => self.as_mut_slice::<i32>()?.copy_from_slice(v),
+        }
+        Ok(())
     }
 
     /// Random contents from `seed`, the same values [`NdData::random`] gives.
@@ -209,6 +260,9 @@ impl AlignedBuffer {
 
 impl Drop for AlignedBuffer {
     fn drop(&mut self) {
+        if self.fence.is_some() {
+            return; // the fence unmaps its pages
+        }
         // SAFETY: allocated in `zeros` with exactly this layout.
         unsafe {
             std::alloc::dealloc(
@@ -240,5 +294,28 @@ mod tests {
         assert!(AlignedBuffer::zeros(&[0], DType::F32)
             .expect("empty")
             .is_empty());
+    }
+
+    #[test]
+    fn fenced_buffers_see_writes_just_outside() {
+        for shape in [[3i64, 5], [16, 64], [0, 4]] {
+            let nd = NdData::random(&shape, DType::F32, 1).expect("data");
+            let mut b = AlignedBuffer::fenced_from_nd(&nd).expect("fenced");
+            assert_eq!(b.as_ptr() as usize % BUFFER_ALIGN, 0);
+            assert_eq!(b.to_nd().expect("nd"), nd);
+            assert!(b.fences_intact());
+            b.as_mut_slice::<f32>().expect("f32").fill(1.0);
+            assert!(b.fences_intact(), "writes inside keep the fences");
+        }
+        // 15 floats (60 bytes) end 4 bytes short of the trailing fence, and the page before
+        // them is slack down to the leading fence: a write on either side shows.
+        let mut b = AlignedBuffer::fenced(&[15], DType::F32).expect("fenced");
+        // SAFETY: the byte before the data lies in the leading slack of the mapping.
+        unsafe { *b.as_mut_ptr().sub(1) = 0 };
+        assert!(!b.fences_intact(), "a write before the start shows");
+        let mut b = AlignedBuffer::fenced(&[15], DType::F32).expect("fenced");
+        // SAFETY: 60 bytes of data rounded up to 64: bytes 60..64 are slack in the mapping.
+        unsafe { *b.as_mut_ptr().add(60) = 0 };
+        assert!(!b.fences_intact());
     }
 }

@@ -54,12 +54,24 @@ fn address_space_room() -> Option<u64> {
     {
         return None;
     }
+    Some(lim.rlim_cur.saturating_sub(mapped_bytes()?))
+}
+
+/// The address space this process has mapped, in bytes (Linux; `None` elsewhere).
+#[cfg(target_os = "linux")]
+pub fn mapped_bytes() -> Option<u64> {
     // The first field of statm is the mapped size in pages.
     let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
     let pages: u64 = statm.split_whitespace().next()?.parse().ok()?;
     // SAFETY: sysconf has no preconditions.
     let page = u64::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).ok()?;
-    Some(lim.rlim_cur.saturating_sub(pages.saturating_mul(page)))
+    Some(pages.saturating_mul(page))
+}
+
+/// The address space this process has mapped (Linux; `None` elsewhere).
+#[cfg(not(target_os = "linux"))]
+pub fn mapped_bytes() -> Option<u64> {
+    None
 }
 
 #[cfg(not(target_os = "linux"))]

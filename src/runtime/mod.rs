@@ -15,6 +15,7 @@
 
 pub mod abi;
 pub mod buffer;
+mod fenced;
 pub mod memory;
 mod pool;
 

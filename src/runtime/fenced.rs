@@ -1,0 +1,122 @@
+//! Fenced allocations for measuring candidates: the data sits between two inaccessible pages,
+//! and the few bytes between the data and each fence hold a known pattern.
+//!
+//! A candidate that writes far outside a buffer faults on a fence (its child dies with
+//! SIGSEGV); one that writes just past the end or before the start, within the alignment
+//! slack, changes the pattern, which [`Fenced::intact`] sees after the run. Either way an
+//! out-of-bounds write is an error record instead of a fast "correct" candidate whose build
+//! would later corrupt a user's memory.
+
+/// The byte the slack between data and fences holds.
+const CANARY: u8 = 0xA5;
+
+/// One fenced mapping: `[fence page][slack][data: bytes][slack < align][fence page]`.
+pub(super) struct Fenced {
+    base: *mut u8,
+    map_len: usize,
+    page: usize,
+    /// Offset of the data from `base`.
+    data_off: usize,
+    bytes: usize,
+    /// Bytes from the data's start to the trailing fence (`bytes` rounded up to `align`).
+    padded: usize,
+}
+
+impl Fenced {
+    /// Maps `bytes` of zeroed data aligned to `align` (a power of two, at most a page), with
+    /// its end as close to the trailing fence as the alignment allows. `None` when the system
+    /// refuses the mapping or the size overflows.
+    #[cfg(unix)]
+    pub(super) fn new(bytes: usize, align: usize) -> Option<Fenced> {
+        // SAFETY: sysconf has no preconditions.
+        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).ok()?;
+        if !align.is_power_of_two() || align > page {
+            return None;
+        }
+        let padded = bytes.max(align).checked_next_multiple_of(align)?;
+        let data_pages = padded.div_ceil(page);
+        let map_len = data_pages.checked_add(2)?.checked_mul(page)?;
+        // SAFETY: an anonymous private mapping at an address of the kernel's choosing.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return None;
+        }
+        let base = base as *mut u8;
+        let data_off = page + data_pages * page - padded;
+        let f = Fenced {
+            base,
+            map_len,
+            page,
+            data_off,
+            bytes,
+            padded,
+        };
+        // SAFETY: both fence pages lie inside the mapping just made.
+        let fenced = unsafe {
+            libc::mprotect(base as *mut libc::c_void, page, libc::PROT_NONE) == 0
+                && libc::mprotect(
+                    base.add(page + data_pages * page) as *mut libc::c_void,
+                    page,
+                    libc::PROT_NONE,
+                ) == 0
+        };
+        if !fenced {
+            return None; // `f` unmaps on drop
+        }
+        for (start, len) in f.slack() {
+            // SAFETY: the slack ranges lie inside the mapping's writable pages.
+            unsafe { std::ptr::write_bytes(base.add(start), CANARY, len) };
+        }
+        Some(f)
+    }
+
+    /// Without fences where there is no `mmap`.
+    #[cfg(not(unix))]
+    pub(super) fn new(_bytes: usize, _align: usize) -> Option<Fenced> {
+        None
+    }
+
+    /// Start of the data.
+    pub(super) fn ptr(&self) -> *mut u8 {
+        // SAFETY: `data_off` lies inside the mapping.
+        unsafe { self.base.add(self.data_off) }
+    }
+
+    /// The slack ranges, as (offset from `base`, length): before the data and after it.
+    fn slack(&self) -> [(usize, usize); 2] {
+        let end = self.data_off + self.bytes;
+        [
+            (self.page, self.data_off - self.page),
+            (end, self.data_off + self.padded - end),
+        ]
+    }
+
+    /// True while every slack byte still holds the pattern: nothing wrote just outside the
+    /// data.
+    pub(super) fn intact(&self) -> bool {
+        self.slack().iter().all(|&(start, len)| {
+            // SAFETY: the slack ranges lie inside the mapping's readable pages.
+            let s = unsafe { std::slice::from_raw_parts(self.base.add(start), len) };
+            s.iter().all(|&b| b == CANARY)
+        })
+    }
+}
+
+impl Drop for Fenced {
+    fn drop(&mut self) {
+        #[cfg(unix)]
+        // SAFETY: unmapping exactly the mapping `new` made, once.
+        unsafe {
+            libc::munmap(self.base as *mut libc::c_void, self.map_len);
+        }
+    }
+}
