@@ -6,13 +6,13 @@
 
 use std::time::Instant;
 use tensortune::backend::{Backend, Purpose};
-use tensortune::measure::{max_reduction_len, random_inputs, tolerance};
+use tensortune::measure::{random_inputs, CheckOptions, OutputView, Reference};
 use tensortune::records::Database;
 use tensortune::schedules::ir::LoweredFunc;
 use tensortune::schedules::ops::WorkloadSpec;
 use tensortune::schedules::target::{TargetDesc, TargetKey};
 use tensortune::schedules::trace::Trace;
-use tensortune::schedules::{eval, interp, ComputeDag, TensorId};
+use tensortune::schedules::{interp, ComputeDag, TensorId};
 use tensortune::tuner::measure::{MeasureError, MeasureErrorKind, MeasureResult, Timing};
 use tensortune::tuner::sketch::rules::{
     generate_for, Applies, MultiLevelTiling, RuleContext, RuleError, SketchBuilder, SketchRule,
@@ -81,17 +81,19 @@ impl Backend for Interpreter {
         _purpose: Purpose,
         seed: u64,
     ) -> Vec<MeasureResult> {
-        let reference = random_inputs(dag, seed).and_then(|ins| {
-            eval::evaluate(dag, &ins)
-                .map(|want| (ins, want))
-                .map_err(|e| MeasureError::new(MeasureErrorKind::Internal, e.to_string()))
-        });
-        let (ins, want) = match reference {
+        // The same reference check as every backend's: inputs from the seed, outputs compared
+        // with the direct evaluator's under the shared tolerance.
+        let check = CheckOptions {
+            full_check_max_flops: f64::INFINITY,
+            check_points: 0,
+            seed,
+        };
+        let reference = random_inputs(dag, seed)
+            .and_then(|ins| Reference::new(dag, &ins, &check).map(|r| (ins, r)));
+        let (ins, reference) = match reference {
             Ok(r) => r,
             Err(e) => return artifacts.iter().map(|_| Err(e.clone())).collect(),
         };
-        let dtype = dag.op(dag.outputs()[0]).dtype;
-        let tol = tolerance(dtype, max_reduction_len(dag));
         artifacts
             .iter()
             .map(|f| {
@@ -99,15 +101,8 @@ impl Backend for Interpreter {
                 let got = interp::run(f, &ins)
                     .map_err(|e| MeasureError::new(MeasureErrorKind::Runtime, e.to_string()))?;
                 let seconds = start.elapsed().as_secs_f64();
-                for (g, w) in got.iter().zip(&want) {
-                    let d = g.max_rel_diff(w).unwrap_or(f64::INFINITY);
-                    if d.is_nan() || d > tol {
-                        return Err(MeasureError::new(
-                            MeasureErrorKind::WrongResult,
-                            format!("differs by {d:.2e}"),
-                        ));
-                    }
-                }
+                let views: Vec<OutputView> = got.iter().map(OutputView::of_nd).collect();
+                reference.check(&views)?;
                 Timing::from_repeats(vec![seconds], 1)
                     .ok_or_else(|| MeasureError::new(MeasureErrorKind::Internal, "no timing"))
             })

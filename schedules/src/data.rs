@@ -130,17 +130,22 @@ impl NdData {
         }
         let mut worst = 0.0f64;
         for i in 0..self.data.len() {
-            let (a, b) = (self.data.get_f64(i), other.data.get_f64(i));
-            let d = if (a.is_nan() && b.is_nan()) || a == b {
-                0.0
-            } else if a.is_nan() || b.is_nan() || a.is_infinite() || b.is_infinite() {
-                f64::INFINITY
-            } else {
-                (a - b).abs() / (1.0 + b.abs())
-            };
-            worst = worst.max(d);
+            worst = worst.max(rel_diff(self.data.get_f64(i), other.data.get_f64(i)));
         }
         Some(worst)
+    }
+}
+
+/// The difference of `got` to `want` relative to `1 + |want|`, as [`NdData::max_rel_diff`]
+/// measures it elementwise: 0 when both are NaN or equal, infinite when only one is NaN or
+/// either is infinite.
+pub fn rel_diff(got: f64, want: f64) -> f64 {
+    if (got.is_nan() && want.is_nan()) || got == want {
+        0.0
+    } else if got.is_nan() || want.is_nan() || got.is_infinite() || want.is_infinite() {
+        f64::INFINITY
+    } else {
+        (got - want).abs() / (1.0 + want.abs())
     }
 }
 

@@ -1,13 +1,13 @@
 //! Running one candidate in a forked child with a watchdog (see the parent module's doc).
 
-use super::{internal, measure_one, MeasureOptions, Reference};
+use super::{internal, measure_one, CpuReference, MeasureOptions};
 use crate::kernel::Kernel;
 use tensortune_tuner::measure::{MeasureError, MeasureErrorKind, MeasureResult};
 
 #[cfg(unix)]
 pub(super) fn run_forked(
     k: &Kernel,
-    reference: &Reference,
+    reference: &CpuReference,
     opts: &MeasureOptions,
 ) -> MeasureResult {
     use std::time::Instant;
@@ -155,7 +155,7 @@ pub(super) fn run_forked(
 #[cfg(unix)]
 fn child_main(
     k: &Kernel,
-    reference: &Reference,
+    reference: &CpuReference,
     opts: &MeasureOptions,
     wr: i32,
     fault: Option<super::inject::Fault>,
@@ -258,7 +258,7 @@ fn signal_name(sig: i32) -> &'static str {
 #[cfg(not(unix))]
 pub(super) fn run_forked(
     k: &Kernel,
-    reference: &Reference,
+    reference: &CpuReference,
     opts: &MeasureOptions,
 ) -> MeasureResult {
     let rt = crate::runtime::Runtime::new(opts.threads).map_err(|e| internal(e.to_string()))?;

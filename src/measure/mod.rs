@@ -29,19 +29,21 @@
 
 mod inject;
 mod isolate;
+pub mod reference;
 
 use inject::Fault;
 pub use inject::{check_fault_plan, FAULTS_ENV};
+pub use reference::{
+    max_reduction_len, random_inputs, tolerance, CheckOptions, OutputView, Reference,
+};
 
 use crate::codegen::{CodegenOptions, HostTarget};
 use crate::kernel::{BuildError, Kernel};
 use crate::runtime::{flush_ranges, AlignedBuffer, Runtime};
 use rayon::prelude::*;
 use std::time::{Duration, Instant};
-use tensortune_schedules::data::NdData;
 use tensortune_schedules::schedule::State;
-use tensortune_schedules::te::OpKind;
-use tensortune_schedules::{eval, ComputeDag, DType, Expr};
+use tensortune_schedules::{ComputeDag, DType};
 use tensortune_tuner::measure::{
     MeasureError, MeasureErrorKind, MeasureResult, MeasureStats, Measurer, Timing,
 };
@@ -90,6 +92,17 @@ pub struct MeasureOptions {
     pub cutoff_s: Option<f64>,
 }
 
+impl MeasureOptions {
+    /// The part of these options the shared reference check reads.
+    pub fn check_options(&self) -> CheckOptions {
+        CheckOptions {
+            full_check_max_flops: self.full_check_max_flops,
+            check_points: self.check_points,
+            seed: self.seed,
+        }
+    }
+}
+
 impl Default for MeasureOptions {
     fn default() -> Self {
         MeasureOptions {
@@ -113,52 +126,6 @@ impl Default for MeasureOptions {
             cutoff_s: None,
         }
     }
-}
-
-/// Relative tolerance (as in [`NdData::max_rel_diff`]) for outputs of `dtype` computed through
-/// reductions of up to `reduce_len` terms in a different order than the reference: rounding
-/// errors of a sum grow like the square root of its length for random data, and with a
-/// margin of 16 ulps per term-root for `exp`/`log` and fused multiply-adds. Integers are exact.
-pub fn tolerance(dtype: DType, reduce_len: i64) -> f64 {
-    let growth = (reduce_len.max(1) as f64).sqrt();
-    match dtype {
-        DType::F32 => 16.0 * f32::EPSILON as f64 * growth,
-        DType::F64 => 16.0 * f64::EPSILON * growth,
-        _ => 0.0,
-    }
-}
-
-/// The longest reduction of any stage of `dag` (product of its reduce axes), 1 if none.
-pub fn max_reduction_len(dag: &ComputeDag) -> i64 {
-    let mut worst = 1i64;
-    for op in dag.ops() {
-        if let OpKind::Compute { body, .. } = &op.kind {
-            body.visit(&mut |e| {
-                if let Expr::Reduce { axes, .. } = e {
-                    let n = axes.iter().map(|a| a.extent.max(1)).product::<i64>();
-                    worst = worst.max(n);
-                }
-            });
-        }
-    }
-    worst
-}
-
-/// Random inputs of `dag` from `seed`, in its input order.
-pub fn random_inputs(dag: &ComputeDag, seed: u64) -> Result<Vec<NdData>, MeasureError> {
-    dag.inputs()
-        .iter()
-        .enumerate()
-        .map(|(i, &t)| {
-            let op = dag.op(t);
-            NdData::random(
-                &op.shape,
-                op.dtype,
-                seed.wrapping_mul(31).wrapping_add(i as u64),
-            )
-            .map_err(|e| internal(format!("input `{}`: {e}", op.name)))
-        })
-        .collect()
 }
 
 /// Bytes of every tensor of `dag` (inputs, intermediates, outputs), saturating: what the
@@ -190,21 +157,10 @@ fn internal(m: String) -> MeasureError {
     MeasureError::new(MeasureErrorKind::Internal, m)
 }
 
-/// Inputs, reference outputs and tolerance for one workload.
-pub(crate) struct Reference {
+/// A workload's reference and its inputs in fenced host buffers, as the CPU runs kernels.
+pub(crate) struct CpuReference {
     inputs: Vec<AlignedBuffer>,
-    expected: Expected,
-    tol: f64,
-}
-
-/// What a candidate's outputs are compared with.
-enum Expected {
-    /// Every element of every output (the evaluator ran on the whole DAG).
-    Full(Vec<NdData>),
-    /// Sampled elements of each output, `(flat indices, values)` per output, for workloads
-    /// too large to evaluate whole; the rest of each float output must at least be written
-    /// (no NaN left of the poison fill).
-    Points(Vec<(Vec<i64>, Vec<f64>)>),
+    check: Reference,
 }
 
 /// Measures candidates on this CPU; see the module doc.
@@ -214,7 +170,7 @@ pub struct CpuMeasurer {
     cutoff: Option<(Option<f64>, f64)>,
     stats: MeasureStats,
     /// Reference of the last workload measured, keyed by its printed DAG.
-    cache: Option<(String, std::sync::Arc<Reference>)>,
+    cache: Option<(String, std::sync::Arc<CpuReference>)>,
 }
 
 impl CpuMeasurer {
@@ -233,7 +189,10 @@ impl CpuMeasurer {
         &self.opts
     }
 
-    fn reference(&mut self, dag: &ComputeDag) -> Result<std::sync::Arc<Reference>, MeasureError> {
+    fn reference(
+        &mut self,
+        dag: &ComputeDag,
+    ) -> Result<std::sync::Arc<CpuReference>, MeasureError> {
         let key = format!("{dag:?}");
         if let Some((k, r)) = &self.cache {
             if *k == key {
@@ -242,30 +201,14 @@ impl CpuMeasurer {
         }
         check_memory(dag).map_err(|e| internal(e.to_string()))?;
         let inputs = random_inputs(dag, self.opts.seed)?;
-        let ref_err =
-            |e: tensortune_schedules::scalar::EvalError| internal(format!("reference: {e}"));
-        let out_ops: Vec<_> = dag.outputs().iter().map(|&t| dag.op(t)).collect();
-        let dtype = out_ops.first().map(|o| o.dtype).unwrap_or(DType::F32);
-        let expected = if dag.flops() <= self.opts.full_check_max_flops {
-            Expected::Full(eval::evaluate(dag, &inputs).map_err(ref_err)?)
-        } else {
-            let mut per_output = Vec::new();
-            for (o, op) in out_ops.iter().enumerate() {
-                let n: i64 = op.shape.iter().product();
-                let points = sample_points(n, self.opts.check_points, self.opts.seed);
-                let values = eval::evaluate_points(dag, &inputs, o, &points).map_err(ref_err)?;
-                per_output.push((points, values));
-            }
-            Expected::Points(per_output)
-        };
-        let r = std::sync::Arc::new(Reference {
+        let check = Reference::new(dag, &inputs, &self.opts.check_options())?;
+        let r = std::sync::Arc::new(CpuReference {
             inputs: inputs
                 .iter()
                 .map(AlignedBuffer::fenced_from_nd)
                 .collect::<Result<_, _>>()
                 .map_err(|e| internal(e.to_string()))?,
-            expected,
-            tol: tolerance(dtype, max_reduction_len(dag)),
+            check,
         });
         self.cache = Some((key, r.clone()));
         Ok(r)
@@ -282,7 +225,7 @@ impl CpuMeasurer {
         }
     }
 
-    fn run_one(&self, k: &Kernel, reference: &Reference) -> MeasureResult {
+    fn run_one(&self, k: &Kernel, reference: &CpuReference) -> MeasureResult {
         match self.opts.isolation {
             Isolation::Fork => isolate::run_forked(k, reference, &self.opts),
             Isolation::InProcess => {
@@ -388,7 +331,7 @@ fn poisoned_outputs(k: &Kernel) -> Result<Vec<AlignedBuffer>, MeasureError> {
 /// to be correct, and one stopped before is not.
 pub(crate) fn measure_one(
     k: &Kernel,
-    reference: &Reference,
+    reference: &CpuReference,
     opts: &MeasureOptions,
     rt: &Runtime,
     checked: &mut dyn FnMut(),
@@ -415,7 +358,8 @@ pub(crate) fn measure_one(
     check_fences(&outs, &ins)?;
     let checking = Instant::now();
     if opts.check {
-        check_outputs(&outs, reference)?;
+        let views = outs.iter().map(view).collect::<Result<Vec<_>, _>>()?;
+        reference.check.check(&views)?;
     }
     check_s += checking.elapsed().as_secs_f64();
     checked();
@@ -451,99 +395,15 @@ fn check_fences(outs: &[AlignedBuffer], ins: &[&AlignedBuffer]) -> Result<(), Me
     Ok(())
 }
 
-fn wrong(i: usize, d: f64, tol: f64) -> MeasureError {
-    MeasureError::new(
-        MeasureErrorKind::WrongResult,
-        format!("output {i} differs from the reference by {d:.3e} (tolerance {tol:.1e})"),
-    )
-}
-
-/// Compares a candidate's outputs with the reference (see [`Expected`]).
-fn check_outputs(outs: &[AlignedBuffer], reference: &Reference) -> Result<(), MeasureError> {
-    let tol = reference.tol;
-    match &reference.expected {
-        Expected::Full(want) => {
-            for (i, (o, w)) in outs.iter().zip(want).enumerate() {
-                let got = o.to_nd().map_err(|e| internal(e.to_string()))?;
-                let d = got.max_rel_diff(w).ok_or_else(|| {
-                    internal(format!("output {i} has another shape than the reference"))
-                })?;
-                if d.is_nan() || d > tol {
-                    return Err(wrong(i, d, tol));
-                }
-            }
-        }
-        Expected::Points(want) => {
-            for (i, (o, (points, values))) in outs.iter().zip(want).enumerate() {
-                // Read in place: the whole output is scanned for the poison of unwritten
-                // elements, once per candidate.
-                let unwritten = match o.dtype() {
-                    DType::F32 => o.as_slice::<f32>().map(|s| s.iter().any(|x| x.is_nan())),
-                    DType::F64 => o.as_slice::<f64>().map(|s| s.iter().any(|x| x.is_nan())),
-                    _ => Ok(false),
-                }
-                .map_err(|e| internal(e.to_string()))?;
-                if unwritten {
-                    return Err(MeasureError::new(
-                        MeasureErrorKind::WrongResult,
-                        format!("output {i} has elements left unwritten (NaN)"),
-                    ));
-                }
-                let got = PointReader::new(o)?;
-                for (&p, &w) in points.iter().zip(values) {
-                    let g = got.get(p)?;
-                    let d = (g - w).abs() / (1.0 + w.abs());
-                    if d.is_nan() || d > tol {
-                        return Err(wrong(i, d, tol));
-                    }
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Reads single elements of an output buffer as `f64`, without copying it.
-enum PointReader<'a> {
-    F32(&'a [f32]),
-    F64(&'a [f64]),
-    I32(&'a [i32]),
-}
-
-impl<'a> PointReader<'a> {
-    fn new(b: &'a AlignedBuffer) -> Result<PointReader<'a>, MeasureError> {
-        let e = |e: crate::runtime::BufferError| internal(e.to_string());
-        Ok(match b.dtype() {
-            DType::F32 => PointReader::F32(b.as_slice().map_err(e)?),
-            DType::F64 => PointReader::F64(b.as_slice().map_err(e)?),
-            DType::I32 => PointReader::I32(b.as_slice().map_err(e)?),
-            d => return Err(internal(format!("cannot check outputs of dtype {d:?}"))),
-        })
-    }
-
-    fn get(&self, p: i64) -> Result<f64, MeasureError> {
-        let i = usize::try_from(p).map_err(|_| internal(format!("check point {p}")))?;
-        let v = match self {
-            PointReader::F32(s) => s.get(i).map(|&x| x as f64),
-            PointReader::F64(s) => s.get(i).copied(),
-            PointReader::I32(s) => s.get(i).map(|&x| x as f64),
-        };
-        v.ok_or_else(|| internal(format!("check point {p} outside the output")))
-    }
-}
-
-/// `count` distinct-ish flat indices in `[0, n)`: the first and last element and
-/// pseudo-random ones from `seed`.
-fn sample_points(n: i64, count: usize, seed: u64) -> Vec<i64> {
-    if n <= 0 {
-        return Vec::new();
-    }
-    let mut rng = tensortune_schedules::data::SplitMix64(seed ^ 0x5eed);
-    let mut pts = vec![0, n - 1];
-    while pts.len() < count.max(2) && (pts.len() as i64) < n {
-        pts.push((rng.next_u64() % n as u64) as i64);
-    }
-    pts
+/// The elements of an output buffer, for the check.
+fn view(b: &AlignedBuffer) -> Result<OutputView<'_>, MeasureError> {
+    let e = |e: crate::runtime::BufferError| internal(e.to_string());
+    Ok(match b.dtype() {
+        DType::F32 => OutputView::F32(b.as_slice().map_err(e)?),
+        DType::F64 => OutputView::F64(b.as_slice().map_err(e)?),
+        DType::I32 => OutputView::I32(b.as_slice().map_err(e)?),
+        d => return Err(internal(format!("cannot check outputs of dtype {d:?}"))),
+    })
 }
 
 /// Times `k` on the given arguments: `warmup` runs, then `repeat` timings of `number` runs
