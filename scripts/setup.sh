@@ -4,8 +4,9 @@
 # tool installed some other way counts:
 #   LLVM 19 (llvm-config-19, linked statically through inkwell, with Polly and zstd);
 #   the build tools of XGBoost's bundled C++ source (cmake, ninja, a C++ compiler, libclang);
-#   with --for-tests, also Debian's chromium (a test renders `tensortune report` in it) and
-#   numpy (the baseline benchmarks).
+#   with --for-tests, also Debian's chromium (a test renders `tensortune report` in it),
+#   numpy (the baseline benchmarks) and, best effort, ptxas from the nvidia-cuda-nvcc-cu12
+#   wheel (tests/nvptx.rs assembles the PTX it emits; it skips that check without one).
 #
 #   bash scripts/setup.sh [--for-tests]
 #
@@ -16,7 +17,7 @@ for_tests=0
 for a in "$@"; do
   case "$a" in
     --for-tests) for_tests=1 ;;
-    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "setup: unknown argument '$a' (expected --for-tests)" >&2; exit 2 ;;
   esac
 done
@@ -64,4 +65,10 @@ fi
 if [ "$for_tests" -eq 1 ] && ! python3 -c 'import numpy' >/dev/null 2>&1; then
   python3 -m pip install -q numpy threadpoolctl >/dev/null 2>&1 ||
     echo "setup: numpy not installed (only the baseline benchmark needs it)" >&2
+fi
+
+if [ "$for_tests" -eq 1 ] && [ -z "${PTXAS:-}" ] && ! has_cmd ptxas &&
+  ! python3 -c 'import nvidia.cuda_nvcc' >/dev/null 2>&1; then
+  python3 -m pip install -q nvidia-cuda-nvcc-cu12 >/dev/null 2>&1 ||
+    echo "setup: ptxas not installed (tests/nvptx.rs then skips assembling its PTX)" >&2
 fi

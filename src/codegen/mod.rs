@@ -5,10 +5,12 @@
 //!   codegen uses) and the target key records are filed under.
 //! - [`llvm`]: loop IR to LLVM IR with inkwell, the O3 pipeline, and the three outputs: a JIT
 //!   function (see [`crate::Kernel`]), an object file, and textual IR or assembly.
+//! - [`nvptx`]: loop IR to PTX for NVIDIA GPUs through LLVM's NVPTX back end.
 //!
-//! The generated functions follow the C ABI of [`crate::runtime::abi`].
+//! The CPU functions follow the C ABI of [`crate::runtime::abi`].
 
 pub mod llvm;
+pub mod nvptx;
 pub mod target;
 
 pub use target::HostTarget;
@@ -21,8 +23,8 @@ pub enum CodegenError {
     /// a dtype mismatch, a loop inside a vectorized loop...).
     #[error("invalid loop IR: {0}")]
     InvalidIr(String),
-    /// The IR is valid but uses something the CPU backend does not compile.
-    #[error("not supported by the CPU backend: {0}")]
+    /// The IR is valid but uses something the backend (CPU or GPU) does not compile.
+    #[error("not supported by the backend: {0}")]
     Unsupported(String),
     /// LLVM refused the module or failed to build, optimize or emit it.
     #[error("LLVM: {0}")]

@@ -256,7 +256,8 @@ fn build_module_with<'ctx>(
     Ok(module)
 }
 
-fn check_name(name: &str) -> Result<(), CodegenError> {
+/// `name` is a C identifier (an error otherwise); also what the GPU kernel's name must be.
+pub(crate) fn check_name(name: &str) -> Result<(), CodegenError> {
     let mut chars = name.chars();
     let ok = chars
         .next()

@@ -1,0 +1,1056 @@
+//! PTX for NVIDIA GPUs: loop IR to LLVM IR for the `nvptx64-nvidia-cuda` target, then PTX
+//! assembly text from LLVM's NVPTX back end (the first step of the CUDA backend).
+//!
+//! The kernel takes one `ptr addrspace(1)` (global memory) parameter per buffer of
+//! [`LoweredFunc::params`], in order, and returns nothing. A loop bound to a block or thread
+//! axis ([`ForKind::ThreadBound`]) is not a loop on the GPU: its variable is the matching
+//! special register (`%ctaid.x`, `%tid.y`, ...), and the launch ([`launch_dims`]) provides one
+//! block or thread per iteration. Where two sibling loop nests bind the same axis with
+//! different extents, the launch covers the larger one and the smaller loop's body runs under
+//! `if idx < extent`. Every other loop (serial, parallel, vectorized, virtual thread) is an
+//! ordinary loop in each thread; unrolled loops are unrolled here up to a budget.
+//!
+//! This is a separate, scalar generator rather than the CPU one of [`super::llvm`]: that one
+//! is built around the CPU runtime table (parallel loops outlined through it, heap
+//! temporaries allocated through it), its vectorized loops and libm calls, none of which a
+//! GPU kernel has. Its expression semantics are kept: integer `Div`/`Mod` are floor division
+//! and modulo with a divisor of 0 giving 0, float `min`/`max` ignore NaN, float-to-int casts
+//! saturate, and a `Select` whose branches load memory evaluates only the chosen branch.
+//!
+//! What the GPU changes:
+//! - `exp`, `log` and `tanh` of f32 use the PTX approximate instructions (`ex2.approx`,
+//!   `lg2.approx`: the accuracy of CUDA's `__expf`/`__logf`, a few ulp); the NVPTX back end has
+//!   no lowering of `llvm.exp`/`llvm.log` without libdevice, so those of f64 are
+//!   [`CodegenError::Unsupported`] until libdevice is linked.
+//! - `Local` temporaries are per-thread (`alloca`, which NVPTX places in local memory),
+//!   `Shared` ones are `addrspace(3)` arrays (one per block), and `Global` ones outside every
+//!   bound loop are static `addrspace(1)` arrays of the module (one per launch; two launches
+//!   of one loaded module at once would share them). A `Global` temporary inside a bound loop
+//!   is unsupported: it would be one per block or thread, and a kernel cannot allocate device
+//!   memory.
+//! - `Sync` is `bar.sync 0`. The buffer parameters are `noalias` (as the CPU kernel's are),
+//!   which tells LLVM that no other pointer in *this thread* reaches them: threads that pass
+//!   data to each other through a barrier should do it in shared memory, as GPU sketches do,
+//!   not through a parameter buffer.
+//! - Statements outside every thread-bound loop run in every thread of the launch: the IR is
+//!   expected to put each store under the thread loops (as GPU sketches do).
+
+use super::CodegenError;
+use inkwell::attributes::{Attribute, AttributeLoc};
+use inkwell::basic_block::BasicBlock;
+use inkwell::builder::Builder;
+use inkwell::context::Context;
+use inkwell::intrinsics::Intrinsic;
+use inkwell::module::{Linkage, Module};
+use inkwell::passes::PassBuilderOptions;
+use inkwell::targets::{
+    CodeModel, FileType, InitializationConfig, RelocMode, Target, TargetMachine, TargetTriple,
+};
+use inkwell::types::{BasicMetadataTypeEnum, BasicType, BasicTypeEnum};
+use inkwell::values::{
+    BasicMetadataValueEnum, BasicValue, BasicValueEnum, FunctionValue, IntValue, PointerValue,
+};
+use inkwell::{AddressSpace, FloatPredicate, IntPredicate, OptimizationLevel};
+use std::sync::Once;
+use tensortune_schedules::expr::{BinOp, CmpOp, Intrinsic as Intr};
+use tensortune_schedules::ir::{BufKind, ForKind, LoweredFunc, Scope, Stmt, ThreadAxis};
+use tensortune_schedules::verify::verify;
+use tensortune_schedules::{BufId, Const, DType, Expr, Var};
+
+type Res<T> = Result<T, CodegenError>;
+type V<'ctx> = BasicValueEnum<'ctx>;
+
+/// The LLVM target triple of 64-bit CUDA.
+pub const TRIPLE: &str = "nvptx64-nvidia-cuda";
+
+/// The PTX ISA version asked of LLVM: 8.0 is the first with `sm_90`, and LLVM 19 knows it.
+pub const PTX_FEATURES: &str = "+ptx80";
+
+/// Most threads in one block on every CUDA GPU since compute capability 2.0.
+pub const MAX_BLOCK_THREADS: u64 = 1024;
+
+/// Largest extent of each block dimension (x, y, z) and each grid dimension.
+const MAX_BLOCK_DIM: [i64; 3] = [1024, 1024, 64];
+const MAX_GRID_DIM: [i64; 3] = [(1 << 31) - 1, 65535, 65535];
+
+/// Grid and block sizes of a kernel launch: `grid[0]` is `gridDim.x`, `block[2]` is
+/// `blockDim.z`. Axes no loop is bound to are 1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaunchDims {
+    /// Blocks along x, y, z.
+    pub grid: [u32; 3],
+    /// Threads of a block along x, y, z.
+    pub block: [u32; 3],
+}
+
+impl LaunchDims {
+    /// Threads in one block.
+    pub fn threads_per_block(&self) -> u64 {
+        self.block.iter().map(|&d| d as u64).product()
+    }
+
+    /// The launch size along `axis` (1 for a virtual thread, which is a loop).
+    pub fn extent(&self, axis: ThreadAxis) -> u32 {
+        match slot(axis) {
+            Some((true, d)) => self.grid[d],
+            Some((false, d)) => self.block[d],
+            None => 1,
+        }
+    }
+}
+
+/// Why a function has no valid launch.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LaunchError {
+    /// A loop bound to `axis` inside another loop bound to the same axis: one register cannot
+    /// stand for two variables.
+    #[error("`{axis}` is bound twice on one path: loop `{inner}` inside loop `{outer}`")]
+    AxisBoundTwice {
+        /// The CUDA name of the axis, e.g. `threadIdx.x`.
+        axis: &'static str,
+        /// The enclosing loop bound to it.
+        outer: String,
+        /// The nested loop bound to it again.
+        inner: String,
+    },
+    /// A block of more threads than a GPU runs.
+    #[error("{threads} threads per block (block {block:?}); at most {MAX_BLOCK_THREADS}")]
+    TooManyThreads {
+        /// The product of the block's dimensions.
+        threads: u64,
+        /// The block's dimensions.
+        block: [i64; 3],
+    },
+    /// One launch dimension over CUDA's limit for it.
+    #[error("`{axis}` has extent {extent}, over the limit {limit}")]
+    DimTooLarge {
+        /// The CUDA name of the axis.
+        axis: &'static str,
+        /// The extent asked for.
+        extent: i64,
+        /// The largest allowed.
+        limit: i64,
+    },
+}
+
+impl From<LaunchError> for CodegenError {
+    fn from(e: LaunchError) -> Self {
+        match e {
+            LaunchError::AxisBoundTwice { .. } => CodegenError::InvalidIr(e.to_string()),
+            _ => CodegenError::Unsupported(e.to_string()),
+        }
+    }
+}
+
+/// Whether `axis` is a grid (true) or block (false) dimension, and which one; `None` for a
+/// virtual thread.
+fn slot(axis: ThreadAxis) -> Option<(bool, usize)> {
+    Some(match axis {
+        ThreadAxis::BlockX => (true, 0),
+        ThreadAxis::BlockY => (true, 1),
+        ThreadAxis::BlockZ => (true, 2),
+        ThreadAxis::ThreadX => (false, 0),
+        ThreadAxis::ThreadY => (false, 1),
+        ThreadAxis::ThreadZ => (false, 2),
+        ThreadAxis::VThread => return None,
+    })
+}
+
+/// The launch of `func`: along each axis, the largest extent of a loop bound to it.
+pub fn launch_dims(func: &LoweredFunc) -> Result<LaunchDims, LaunchError> {
+    // grid then block, x y z; the path holds the loops bound to each of the six on the way.
+    let mut dims = [1i64; 6];
+    let mut path: [Option<&str>; 6] = [None; 6];
+    walk_bound(&func.body, &mut path, &mut dims)?;
+    for (i, &n) in dims.iter().enumerate() {
+        let (limit, axis) = if i < 3 {
+            (MAX_GRID_DIM[i], ["gridDim.x", "gridDim.y", "gridDim.z"][i])
+        } else {
+            (
+                MAX_BLOCK_DIM[i - 3],
+                ["blockDim.x", "blockDim.y", "blockDim.z"][i - 3],
+            )
+        };
+        if n > limit {
+            return Err(LaunchError::DimTooLarge {
+                axis,
+                extent: n,
+                limit,
+            });
+        }
+    }
+    let block = [dims[3], dims[4], dims[5]];
+    let threads = block.iter().map(|&d| d as u64).product::<u64>();
+    if threads > MAX_BLOCK_THREADS {
+        return Err(LaunchError::TooManyThreads { threads, block });
+    }
+    // Every dimension is now within [1, 2^31 - 1].
+    let u = |i: usize| dims[i] as u32;
+    Ok(LaunchDims {
+        grid: [u(0), u(1), u(2)],
+        block: [u(3), u(4), u(5)],
+    })
+}
+
+fn walk_bound<'f>(
+    s: &'f Stmt,
+    path: &mut [Option<&'f str>; 6],
+    dims: &mut [i64; 6],
+) -> Result<(), LaunchError> {
+    match s {
+        Stmt::For {
+            var,
+            extent,
+            kind: ForKind::ThreadBound(axis),
+            body,
+        } => {
+            let Some((grid, d)) = slot(*axis) else {
+                return walk_bound(body, path, dims);
+            };
+            let i = if grid { d } else { 3 + d };
+            if let Some(outer) = path[i] {
+                return Err(LaunchError::AxisBoundTwice {
+                    axis: axis.name(),
+                    outer: outer.to_string(),
+                    inner: var.name.to_string(),
+                });
+            }
+            dims[i] = dims[i].max(*extent);
+            path[i] = Some(var.name);
+            let r = walk_bound(body, path, dims);
+            path[i] = None;
+            r
+        }
+        Stmt::For { body, .. } | Stmt::Allocate { body, .. } => walk_bound(body, path, dims),
+        Stmt::If {
+            then, otherwise, ..
+        } => {
+            walk_bound(then, path, dims)?;
+            match otherwise {
+                Some(o) => walk_bound(o, path, dims),
+                None => Ok(()),
+            }
+        }
+        Stmt::Seq(items) => items.iter().try_for_each(|x| walk_bound(x, path, dims)),
+        Stmt::Store { .. } | Stmt::Sync => Ok(()),
+    }
+}
+
+/// An unrolled loop whose copies of statements would pass this many stays a loop (the same
+/// budget as the CPU generator's default).
+const MAX_UNROLL: i64 = 256;
+
+/// The PTX text of `func` as one kernel named `func.name`, for the GPU architecture `arch`
+/// (an LLVM NVPTX CPU name such as `sm_80` or `sm_90`), optimized by LLVM's O3 pipeline.
+pub fn emit_ptx(func: &LoweredFunc, arch: &str) -> Result<String, CodegenError> {
+    // The kernel name must be a PTX identifier; a C identifier is one.
+    super::llvm::check_name(&func.name)?;
+    // The loop IR's invariants (parameters are inputs and outputs, variables bound, dtypes
+    // consistent) up front, so that what is left to fail here is the GPU's own limits.
+    verify(func).map_err(CodegenError::InvalidIr)?;
+    let dims = launch_dims(func)?;
+    let tm = target_machine(arch)?;
+    let cx = Context::create();
+    let module = cx.create_module(&func.name);
+    module.set_triple(&tm.get_triple());
+    module.set_data_layout(&tm.get_target_data().get_data_layout());
+    emit_kernel(&cx, &module, func, dims)?;
+    module
+        .verify()
+        .map_err(|e| CodegenError::Llvm(format!("module does not verify: {e}")))?;
+    module
+        .run_passes("default<O3>", &tm, PassBuilderOptions::create())
+        .map_err(|e| CodegenError::Llvm(format!("pipeline: {e}")))?;
+    let buf = tm
+        .write_to_memory_buffer(&module, FileType::Assembly)
+        .map_err(|e| CodegenError::Llvm(e.to_string()))?;
+    String::from_utf8(buf.as_slice().to_vec())
+        .map(|s| s.trim_end_matches('\0').to_string())
+        .map_err(|e| CodegenError::Llvm(format!("PTX is not UTF-8: {e}")))
+}
+
+/// An NVPTX target machine for `arch`. An unknown architecture is an error here rather than
+/// LLVM's warning and a generic target.
+fn target_machine(arch: &str) -> Res<TargetMachine> {
+    static INIT: Once = Once::new();
+    INIT.call_once(|| Target::initialize_nvptx(&InitializationConfig::default()));
+    let digits = arch.strip_prefix("sm_").unwrap_or("");
+    let digits = digits.strip_suffix('a').unwrap_or(digits);
+    if digits.len() < 2 || !digits.bytes().all(|c| c.is_ascii_digit()) {
+        return Err(CodegenError::Target(format!(
+            "`{arch}` is no GPU architecture (expected e.g. sm_90)"
+        )));
+    }
+    let triple = TargetTriple::create(TRIPLE);
+    let target = Target::from_triple(&triple).map_err(|e| CodegenError::Target(e.to_string()))?;
+    target
+        .create_target_machine(
+            &triple,
+            arch,
+            PTX_FEATURES,
+            OptimizationLevel::Aggressive,
+            RelocMode::Default,
+            CodeModel::Default,
+        )
+        .ok_or_else(|| CodegenError::Target(format!("no NVPTX target machine for {arch}")))
+}
+
+/// Buffers some statement stores to.
+fn stored_buffers(func: &LoweredFunc) -> Vec<bool> {
+    let mut stored = vec![false; func.buffers.len()];
+    func.body.visit(&mut |s| {
+        if let Stmt::Store { buf, .. } = s {
+            if let Some(x) = stored.get_mut(buf.0 as usize) {
+                *x = true;
+            }
+        }
+    });
+    stored
+}
+
+/// Emitter state for the one kernel.
+struct PtxGen<'ctx, 'f> {
+    cx: &'ctx Context,
+    module: &'f Module<'ctx>,
+    b: Builder<'ctx>,
+    func: &'f LoweredFunc,
+    kernel: FunctionValue<'ctx>,
+    /// Entry block, where per-thread temporaries are allocated (at its top).
+    entry: BasicBlock<'ctx>,
+    dims: LaunchDims,
+    /// Pointer of each live buffer, by `BufId`.
+    bufs: Vec<Option<PointerValue<'ctx>>>,
+    /// Value (i64) of each bound loop variable, by var id.
+    vars: Vec<Option<IntValue<'ctx>>>,
+    /// Block and thread loops around the statement being emitted.
+    bound_depth: u32,
+}
+
+fn emit_kernel<'ctx>(
+    cx: &'ctx Context,
+    module: &Module<'ctx>,
+    func: &LoweredFunc,
+    dims: LaunchDims,
+) -> Res<()> {
+    let global = cx.ptr_type(AddressSpace::from(1u16));
+    let params: Vec<BasicMetadataTypeEnum> = func.params.iter().map(|_| global.into()).collect();
+    let kernel = module.add_function(
+        &func.name,
+        cx.void_type().fn_type(&params, false),
+        Some(Linkage::External),
+    );
+    // LLVM 19 finds kernels by the `nvvm.annotations` metadata; later versions by the
+    // `ptx_kernel` calling convention (71), which 19 also accepts. Both, for either.
+    kernel.set_call_conventions(71);
+    let kernel_ptr = kernel.as_global_value().as_pointer_value();
+    let md = cx.metadata_node(&[
+        kernel_ptr.into(),
+        cx.metadata_string("kernel").into(),
+        cx.i32_type().const_int(1, false).into(),
+    ]);
+    module
+        .add_global_metadata("nvvm.annotations", &md)
+        .map_err(|e| CodegenError::Llvm(e.to_string()))?;
+    let attr = |name: &str| cx.create_enum_attribute(Attribute::get_named_enum_kind_id(name), 0);
+    kernel.add_attribute(AttributeLoc::Function, attr("nounwind"));
+    let stored = stored_buffers(func);
+    let mut bufs = vec![None; func.buffers.len()];
+    for (i, &p) in func.params.iter().enumerate() {
+        let loc = AttributeLoc::Param(i as u32);
+        // Distinct buffers never overlap; a buffer only read lets NVPTX use the read-only
+        // data cache (`ld.global.nc`).
+        kernel.add_attribute(loc, attr("noalias"));
+        kernel.add_attribute(loc, attr("nocapture"));
+        if !stored[p.0 as usize] {
+            kernel.add_attribute(loc, attr("readonly"));
+        }
+        let v = kernel
+            .get_nth_param(i as u32)
+            .ok_or_else(|| CodegenError::Llvm("missing parameter".into()))?;
+        *bufs
+            .get_mut(p.0 as usize)
+            .ok_or_else(|| CodegenError::InvalidIr("buffer id out of range".into()))? =
+            Some(v.into_pointer_value());
+    }
+    let entry = cx.append_basic_block(kernel, "entry");
+    let b = cx.create_builder();
+    b.position_at_end(entry);
+    let mut g = PtxGen {
+        cx,
+        module,
+        b,
+        func,
+        kernel,
+        entry,
+        dims,
+        bufs,
+        vars: vec![None; func.num_vars as usize],
+        bound_depth: 0,
+    };
+    g.stmt(&func.body)?;
+    g.b.build_return(None)?;
+    Ok(())
+}
+
+fn invalid(msg: impl Into<String>) -> CodegenError {
+    CodegenError::InvalidIr(msg.into())
+}
+
+impl<'ctx> PtxGen<'ctx, '_> {
+    fn block(&self, name: &str) -> BasicBlock<'ctx> {
+        self.cx.append_basic_block(self.kernel, name)
+    }
+
+    fn here(&self) -> Res<BasicBlock<'ctx>> {
+        self.b
+            .get_insert_block()
+            .ok_or_else(|| CodegenError::Llvm("builder is not positioned".into()))
+    }
+
+    fn decl(&self, id: BufId) -> Res<&tensortune_schedules::ir::BufferDecl> {
+        self.func
+            .buffers
+            .get(id.0 as usize)
+            .ok_or_else(|| invalid(format!("buffer {} undeclared", id.0)))
+    }
+
+    fn set_var(&mut self, v: &Var, val: Option<IntValue<'ctx>>) {
+        let i = v.id as usize;
+        if i >= self.vars.len() {
+            self.vars.resize(i + 1, None);
+        }
+        self.vars[i] = val;
+    }
+
+    fn stmt(&mut self, s: &Stmt) -> Res<()> {
+        match s {
+            Stmt::Seq(items) => items.iter().try_for_each(|x| self.stmt(x)),
+            Stmt::Store { buf, index, value } => {
+                let dtype = self.decl(*buf)?.dtype;
+                if value.dtype() != dtype {
+                    return Err(invalid(format!(
+                        "store of {} into a {dtype} buffer",
+                        value.dtype()
+                    )));
+                }
+                let v = self.expr(value)?;
+                let v = match (dtype, v) {
+                    (DType::Bool, V::IntValue(i)) => self
+                        .b
+                        .build_int_z_extend(i, self.cx.i8_type(), "b8")?
+                        .into(),
+                    _ => v,
+                };
+                let p = self.address(*buf, index)?;
+                self.b
+                    .build_store(p, v)?
+                    .set_alignment(dtype.bytes() as u32)
+                    .map_err(|e| CodegenError::Llvm(e.to_string()))?;
+                Ok(())
+            }
+            Stmt::For {
+                var,
+                extent,
+                kind,
+                body,
+            } => {
+                if *extent < 1 {
+                    return Err(invalid(format!("loop `{}` has extent {extent}", var.name)));
+                }
+                match kind {
+                    ForKind::ThreadBound(axis) if slot(*axis).is_some() => {
+                        self.bound_loop(var, *extent, *axis, body)
+                    }
+                    ForKind::Unrolled
+                        if extent.saturating_mul(body.unrolled_copies()) <= MAX_UNROLL =>
+                    {
+                        for i in 0..*extent {
+                            let c = self.cx.i64_type().const_int(i as u64, true);
+                            self.set_var(var, Some(c));
+                            self.stmt(body)?;
+                        }
+                        self.set_var(var, None);
+                        Ok(())
+                    }
+                    _ => self.counted_loop(var, *extent, body),
+                }
+            }
+            Stmt::Allocate { buf, body } => self.allocate(*buf, body),
+            Stmt::If {
+                cond,
+                then,
+                otherwise,
+            } => {
+                let c = self.bool_value(cond)?;
+                self.branch(c, then, otherwise.as_deref())
+            }
+            Stmt::Sync => {
+                self.call_intrinsic("llvm.nvvm.barrier0", &[], &[])?;
+                Ok(())
+            }
+        }
+    }
+
+    /// `if c { then } else { otherwise }`: one block per arm, each ending at `endif`.
+    fn branch(&mut self, c: IntValue<'ctx>, then: &Stmt, otherwise: Option<&Stmt>) -> Res<()> {
+        let done = self.block("endif");
+        let arms: Vec<(BasicBlock<'ctx>, &Stmt)> = std::iter::once(then)
+            .chain(otherwise)
+            .map(|s| (self.block("arm"), s))
+            .collect();
+        let on_true = arms.first().map_or(done, |a| a.0);
+        let on_false = arms.get(1).map_or(done, |a| a.0);
+        self.b.build_conditional_branch(c, on_true, on_false)?;
+        for (bb, s) in arms {
+            self.b.position_at_end(bb);
+            self.stmt(s)?;
+            self.b.build_unconditional_branch(done)?;
+        }
+        self.b.position_at_end(done);
+        Ok(())
+    }
+
+    /// A loop bound to a block or thread axis: its variable is the axis's special register,
+    /// guarded when the launch is larger than this loop.
+    fn bound_loop(&mut self, var: &Var, extent: i64, axis: ThreadAxis, body: &Stmt) -> Res<()> {
+        let (grid, d) = slot(axis).ok_or_else(|| invalid("virtual thread has no register"))?;
+        let reg = format!(
+            "llvm.nvvm.read.ptx.sreg.{}.{}",
+            if grid { "ctaid" } else { "tid" },
+            ["x", "y", "z"][d]
+        );
+        let idx = self
+            .call_intrinsic(&reg, &[], &[])?
+            .ok_or_else(|| CodegenError::Llvm(format!("{reg} returned nothing")))?;
+        let idx = int(idx)?;
+        // The registers are below 2^31 and non-negative.
+        let idx = self
+            .b
+            .build_int_z_extend(idx, self.cx.i64_type(), var.name)?;
+        self.set_var(var, Some(idx));
+        self.bound_depth += 1;
+        let r = if (self.dims.extent(axis) as i64) > extent {
+            let lim = self.cx.i64_type().const_int(extent as u64, false);
+            let c = self
+                .b
+                .build_int_compare(IntPredicate::ULT, idx, lim, "in")?;
+            self.branch(c, body, None)
+        } else {
+            self.stmt(body)
+        };
+        self.bound_depth -= 1;
+        self.set_var(var, None);
+        r
+    }
+
+    /// `for var in 0..extent` in each thread, tested at the top (LLVM rotates it: the
+    /// extent is a constant of at least 1).
+    fn counted_loop(&mut self, var: &Var, extent: i64, body: &Stmt) -> Res<()> {
+        let i64t = self.cx.i64_type();
+        let from = self.here()?;
+        let [test, run, exit] =
+            ["test", "body", "end"].map(|n| self.block(&format!("{}.{n}", var.name)));
+        self.b.build_unconditional_branch(test)?;
+        self.b.position_at_end(test);
+        let phi = self.b.build_phi(i64t, var.name)?;
+        let i = phi.as_basic_value().into_int_value();
+        let lim = i64t.const_int(extent as u64, false);
+        let go = self.b.build_int_compare(IntPredicate::SLT, i, lim, "go")?;
+        self.b.build_conditional_branch(go, run, exit)?;
+        self.b.position_at_end(run);
+        self.set_var(var, Some(i));
+        self.stmt(body)?;
+        let step = self
+            .b
+            .build_int_nsw_add(i, i64t.const_int(1, false), "step")?;
+        phi.add_incoming(&[(&i64t.const_zero(), from), (&step, self.here()?)]);
+        self.b.build_unconditional_branch(test)?;
+        self.b.position_at_end(exit);
+        self.set_var(var, None);
+        Ok(())
+    }
+
+    fn allocate(&mut self, buf: BufId, body: &Stmt) -> Res<()> {
+        let decl = self.decl(buf)?.clone();
+        if !matches!(decl.kind, BufKind::Temp) {
+            return Err(invalid(format!("allocate of parameter `{}`", decl.name)));
+        }
+        let n = u32::try_from(decl.size().max(1)).map_err(|_| {
+            CodegenError::Unsupported(format!("temporary `{}` is too large", decl.name))
+        })?;
+        let arr = mem_ty(self.cx, decl.dtype).array_type(n);
+        let p = match decl.scope {
+            Scope::Local => {
+                let at = self.cx.create_builder();
+                // At the top of the entry block, where LLVM's passes look for allocas.
+                match self.entry.get_first_instruction() {
+                    Some(first) => at.position_before(&first),
+                    None => at.position_at_end(self.entry),
+                }
+                at.build_alloca(arr, &decl.name)?
+            }
+            Scope::Shared => self.static_array(arr, 3, &format!("{}_shared{}", decl.name, buf.0)),
+            // One buffer for the whole launch, as the IR means it: static device memory.
+            Scope::Global if self.bound_depth == 0 => {
+                self.static_array(arr, 1, &format!("{}_global{}", decl.name, buf.0))
+            }
+            Scope::Global => {
+                return Err(CodegenError::Unsupported(format!(
+                    "GPU: global temporary `{}` inside a bound loop (one per thread or block; \
+                     a kernel cannot allocate device memory)",
+                    decl.name
+                )))
+            }
+            other => {
+                return Err(CodegenError::Unsupported(format!(
+                    "temporary `{}` in {} memory",
+                    decl.name,
+                    other.name()
+                )))
+            }
+        };
+        let i = buf.0 as usize;
+        if self.bufs.get(i).copied().flatten().is_some() {
+            return Err(invalid(format!("`{}` allocated twice", decl.name)));
+        }
+        self.bufs[i] = Some(p);
+        let r = self.stmt(body);
+        self.bufs[i] = None;
+        r
+    }
+
+    /// A module-level array in address space `space` (1: global, 3: shared), uninitialized
+    /// as temporaries are.
+    fn static_array(
+        &self,
+        arr: inkwell::types::ArrayType<'ctx>,
+        space: u16,
+        name: &str,
+    ) -> PointerValue<'ctx> {
+        let g = self
+            .module
+            .add_global(arr, Some(AddressSpace::from(space)), name);
+        g.set_linkage(Linkage::Internal);
+        g.set_initializer(&arr.get_undef());
+        g.set_alignment(16);
+        g.as_pointer_value()
+    }
+
+    /// `&buf[index]`.
+    fn address(&mut self, buf: BufId, index: &Expr) -> Res<PointerValue<'ctx>> {
+        let base = self
+            .bufs
+            .get(buf.0 as usize)
+            .copied()
+            .flatten()
+            .ok_or_else(|| invalid(format!("buffer {} used outside its allocation", buf.0)))?;
+        let ty = mem_ty(self.cx, self.decl(buf)?.dtype);
+        let idx = match self.expr(index)? {
+            V::IntValue(i) if i.get_type().get_bit_width() == 64 => i,
+            V::IntValue(i) => self.b.build_int_s_extend(i, self.cx.i64_type(), "idx")?,
+            _ => return Err(invalid(format!("index `{index}` is not an integer"))),
+        };
+        // SAFETY: (for LLVM) every index is in bounds by the loop IR's invariant.
+        Ok(unsafe { self.b.build_in_bounds_gep(ty, base, &[idx], "p")? })
+    }
+
+    fn bool_value(&mut self, e: &Expr) -> Res<IntValue<'ctx>> {
+        match self.expr(e)? {
+            V::IntValue(i) if i.get_type().get_bit_width() == 1 => Ok(i),
+            _ => Err(invalid(format!("condition `{e}` is not a bool"))),
+        }
+    }
+
+    /// Calls an LLVM intrinsic; `None` for one that returns nothing.
+    fn call_intrinsic(
+        &mut self,
+        name: &str,
+        overloads: &[BasicTypeEnum<'ctx>],
+        args: &[V<'ctx>],
+    ) -> Res<Option<V<'ctx>>> {
+        let f = Intrinsic::find(name)
+            .and_then(|i| i.get_declaration(self.module, overloads))
+            .ok_or_else(|| CodegenError::Llvm(format!("no intrinsic {name}")))?;
+        let args: Vec<BasicMetadataValueEnum> = args.iter().map(|&a| a.into()).collect();
+        let c = self.b.build_call(f, &args, "")?;
+        Ok(match c.try_as_basic_value() {
+            inkwell::values::ValueKind::Basic(v) => Some(v),
+            _ => None,
+        })
+    }
+
+    /// An intrinsic overloaded on its operand's type, returning that type.
+    fn math(&mut self, name: &str, args: &[V<'ctx>]) -> Res<V<'ctx>> {
+        let ty = args
+            .first()
+            .map(|a| a.get_type())
+            .ok_or_else(|| CodegenError::Llvm(format!("{name} without operands")))?;
+        let over: &[BasicTypeEnum] = if name.starts_with("llvm.nvvm.") {
+            &[]
+        } else {
+            &[ty]
+        };
+        self.call_intrinsic(name, over, args)?
+            .ok_or_else(|| CodegenError::Llvm(format!("{name} returned nothing")))
+    }
+
+    fn expr(&mut self, e: &Expr) -> Res<V<'ctx>> {
+        Ok(match e {
+            Expr::Const(c) => constant(self.cx, *c),
+            Expr::Var(v) => self
+                .vars
+                .get(v.id as usize)
+                .copied()
+                .flatten()
+                .ok_or_else(|| invalid(format!("variable `{}` used outside its loop", v.name)))?
+                .into(),
+            Expr::Bin(_, a, b) | Expr::Cmp(_, a, b) | Expr::Select(_, a, b)
+                if a.dtype() != b.dtype() =>
+            {
+                return Err(invalid(format!("operands of `{e}` have different dtypes")));
+            }
+            Expr::Bin(op, a, b) => {
+                let (x, y) = (self.expr(a)?, self.expr(b)?);
+                self.arith(*op, a.dtype(), x, y)?
+            }
+            Expr::Cmp(op, a, b) => {
+                let (x, y) = (self.expr(a)?, self.expr(b)?);
+                self.compare(*op, a.dtype(), x, y)?
+            }
+            Expr::And(a, b) => {
+                let (x, y) = (self.bool_value(a)?, self.bool_value(b)?);
+                self.b.build_and(x, y, "and")?.into()
+            }
+            Expr::Or(a, b) => {
+                let (x, y) = (self.bool_value(a)?, self.bool_value(b)?);
+                self.b.build_or(x, y, "or")?.into()
+            }
+            Expr::Not(a) => {
+                let x = self.bool_value(a)?;
+                self.b.build_not(x, "not")?.into()
+            }
+            Expr::Select(c, t, f) => {
+                let c = self.bool_value(c)?;
+                if reads_memory(t) || reads_memory(f) {
+                    self.branchy_select(c, t, f)?
+                } else {
+                    let (t, f) = (self.expr(t)?, self.expr(f)?);
+                    self.b.build_select(c, t, f, "sel")?
+                }
+            }
+            Expr::Cast(to, a) => {
+                let x = self.expr(a)?;
+                self.convert(x, a.dtype(), *to)?
+            }
+            Expr::Call(f, a) => {
+                let x = self.expr(a)?;
+                self.intrinsic_call(*f, a.dtype(), x)?
+            }
+            Expr::BufLoad { buf, dtype, index } => {
+                if self.decl(*buf)?.dtype != *dtype {
+                    return Err(invalid(format!(
+                        "load of {dtype} from a buffer of another dtype"
+                    )));
+                }
+                let p = self.address(*buf, index)?;
+                let v = self.b.build_load(mem_ty(self.cx, *dtype), p, "ld")?;
+                if let Some(i) = v.as_instruction_value() {
+                    i.set_alignment(dtype.bytes() as u32)
+                        .map_err(|e| CodegenError::Llvm(e.to_string()))?;
+                }
+                match (dtype, v) {
+                    (DType::Bool, V::IntValue(byte)) => {
+                        let zero = self.cx.i8_type().const_zero();
+                        self.b
+                            .build_int_compare(IntPredicate::NE, byte, zero, "b")?
+                            .into()
+                    }
+                    _ => v,
+                }
+            }
+            Expr::Load { .. } | Expr::Reduce { .. } => {
+                return Err(invalid(format!("tensor expression `{e}` in loop IR")))
+            }
+        })
+    }
+
+    /// `c ? t : f` evaluating only the chosen side (the other's loads may be out of bounds).
+    fn branchy_select(&mut self, c: IntValue<'ctx>, t: &Expr, f: &Expr) -> Res<V<'ctx>> {
+        let (tb, fb, done) = (self.block("sel.t"), self.block("sel.f"), self.block("sel"));
+        self.b.build_conditional_branch(c, tb, fb)?;
+        let mut arms = Vec::with_capacity(2);
+        for (bb, e) in [(tb, t), (fb, f)] {
+            self.b.position_at_end(bb);
+            let v = self.expr(e)?;
+            arms.push((v, self.here()?));
+            self.b.build_unconditional_branch(done)?;
+        }
+        self.b.position_at_end(done);
+        let phi = self.b.build_phi(arms[0].0.get_type(), "sel")?;
+        for (v, bb) in &arms {
+            phi.add_incoming(&[(v, *bb)]);
+        }
+        Ok(phi.as_basic_value())
+    }
+
+    fn arith(&mut self, op: BinOp, d: DType, x: V<'ctx>, y: V<'ctx>) -> Res<V<'ctx>> {
+        use inkwell::values::InstructionOpcode as O;
+        let opcode = match (op, d.is_float()) {
+            (BinOp::Add, true) => O::FAdd,
+            (BinOp::Sub, true) => O::FSub,
+            (BinOp::Mul, true) => O::FMul,
+            (BinOp::Div, true) => O::FDiv,
+            (BinOp::Min, true) => return self.math("llvm.minnum", &[x, y]),
+            (BinOp::Max, true) => return self.math("llvm.maxnum", &[x, y]),
+            (BinOp::Mod, true) => return Err(invalid("modulo of floats")),
+            _ if !d.is_int() => return Err(invalid(format!("arithmetic on {d}"))),
+            (BinOp::Add, false) => O::Add,
+            (BinOp::Sub, false) => O::Sub,
+            (BinOp::Mul, false) => O::Mul,
+            (BinOp::Min, false) => return self.math("llvm.smin", &[x, y]),
+            (BinOp::Max, false) => return self.math("llvm.smax", &[x, y]),
+            (BinOp::Div | BinOp::Mod, false) => {
+                return self.floor_op(op == BinOp::Div, int(x)?, int(y)?)
+            }
+        };
+        let v = self.b.build_binop(opcode, x, y, "arith")?;
+        if d.is_float() && opcode != O::FDiv {
+            if let Some(i) = v.as_instruction_value() {
+                // As on the CPU: a multiply and an add may fuse (FMA), nothing else relaxed.
+                let _ = i.set_fast_math_flags(inkwell::values::FastMathFlags::AllowContract);
+            }
+        }
+        Ok(v)
+    }
+
+    /// Floor division (`div`) or floor modulo of integers; a divisor of 0 gives 0, and one
+    /// of -1 gives `-x` (wrapping) and 0 instead of LLVM's undefined overflow. With a constant
+    /// divisor LLVM folds the guards away.
+    fn floor_op(&mut self, div: bool, x: IntValue<'ctx>, y: IntValue<'ctx>) -> Res<V<'ctx>> {
+        let b = &self.b;
+        let t = x.get_type();
+        let (zero, one) = (t.const_zero(), t.const_int(1, false));
+        let y_zero = b.build_int_compare(IntPredicate::EQ, y, zero, "y0")?;
+        let y_m1 = b.build_int_compare(IntPredicate::EQ, y, t.const_all_ones(), "ym1")?;
+        let trap = b.build_or(y_zero, y_m1, "trap")?;
+        let ys = b.build_select(trap, one, y, "ys")?.into_int_value();
+        let q = b.build_int_signed_div(x, ys, "q")?;
+        let r = b.build_int_signed_rem(x, ys, "r")?;
+        // Truncating division rounds toward 0; floor differs when the remainder is nonzero
+        // and its sign is not the divisor's.
+        let r_neg = b.build_int_compare(IntPredicate::SLT, r, zero, "rneg")?;
+        let y_neg = b.build_int_compare(IntPredicate::SLT, ys, zero, "yneg")?;
+        let r_nz = b.build_int_compare(IntPredicate::NE, r, zero, "rnz")?;
+        let signs = b.build_xor(r_neg, y_neg, "signs")?;
+        let fix = b.build_and(r_nz, signs, "fix")?;
+        let (v, at_m1) = if div {
+            let fixed = b.build_int_sub(q, b.build_int_z_extend(fix, t, "fixi")?, "fdiv")?;
+            (fixed, b.build_int_neg(x, "negx")?)
+        } else {
+            let up = b.build_int_add(r, ys, "rup")?;
+            let fixed = b.build_select(fix, up, r, "fmod")?.into_int_value();
+            (fixed, zero)
+        };
+        let v = b.build_select(y_m1, at_m1, v, "m1")?.into_int_value();
+        Ok(b.build_select(y_zero, zero, v, "d0")?)
+    }
+
+    fn compare(&mut self, op: CmpOp, d: DType, x: V<'ctx>, y: V<'ctx>) -> Res<V<'ctx>> {
+        use CmpOp::*;
+        if d.is_float() {
+            // Ordered, except `!=`, which holds on NaN as in Rust.
+            let p = [
+                (Eq, FloatPredicate::OEQ),
+                (Ne, FloatPredicate::UNE),
+                (Lt, FloatPredicate::OLT),
+                (Le, FloatPredicate::OLE),
+                (Gt, FloatPredicate::OGT),
+                (Ge, FloatPredicate::OGE),
+            ]
+            .iter()
+            .find(|(o, _)| *o == op)
+            .map_or(FloatPredicate::OEQ, |&(_, p)| p);
+            let (a, b) = (float(x)?, float(y)?);
+            return Ok(self.b.build_float_compare(p, a, b, "fcmp")?.into());
+        }
+        // Bools compare as unsigned 0/1, integers as signed.
+        let (lt, le, gt, ge) = if d == DType::Bool {
+            use IntPredicate::{UGE, UGT, ULE, ULT};
+            (ULT, ULE, UGT, UGE)
+        } else {
+            use IntPredicate::{SGE, SGT, SLE, SLT};
+            (SLT, SLE, SGT, SGE)
+        };
+        let p = match op {
+            Eq => IntPredicate::EQ,
+            Ne => IntPredicate::NE,
+            Lt => lt,
+            Le => le,
+            Gt => gt,
+            Ge => ge,
+        };
+        let (a, b) = (int(x)?, int(y)?);
+        Ok(self.b.build_int_compare(p, a, b, "icmp")?.into())
+    }
+
+    fn convert(&mut self, x: V<'ctx>, from: DType, to: DType) -> Res<V<'ctx>> {
+        use inkwell::values::InstructionOpcode as O;
+        if from == to {
+            return Ok(x);
+        }
+        let to_ty = reg_ty(self.cx, to);
+        if to == DType::Bool {
+            return Ok(match x {
+                V::FloatValue(f) => {
+                    let z = f.get_type().const_zero();
+                    self.b
+                        .build_float_compare(FloatPredicate::UNE, f, z, "tobool")?
+                        .into()
+                }
+                V::IntValue(i) => {
+                    let z = i.get_type().const_zero();
+                    self.b
+                        .build_int_compare(IntPredicate::NE, i, z, "tobool")?
+                        .into()
+                }
+                _ => return Err(invalid(format!("cast from {from} to bool"))),
+            });
+        }
+        let wider = to.bytes() > from.bytes();
+        let op = match (from, from.is_float(), to.is_float()) {
+            (DType::Bool, _, false) => O::ZExt,
+            (DType::Bool, _, true) => O::UIToFP,
+            (_, false, false) if wider => O::SExt,
+            (_, false, false) => O::Trunc,
+            (_, false, true) => O::SIToFP,
+            (_, true, true) if wider => O::FPExt,
+            (_, true, true) => O::FPTrunc,
+            // Saturating, like Rust's `as` (NaN to 0).
+            (_, true, false) => {
+                return self
+                    .call_intrinsic("llvm.fptosi.sat", &[to_ty, x.get_type()], &[x])?
+                    .ok_or_else(|| CodegenError::Llvm("fptosi.sat returned nothing".into()))
+            }
+        };
+        Ok(self.b.build_cast(op, x, to_ty, "cast")?)
+    }
+
+    fn intrinsic_call(&mut self, f: Intr, d: DType, x: V<'ctx>) -> Res<V<'ctx>> {
+        match (f, d) {
+            (Intr::Abs, DType::I32 | DType::I64) => {
+                let poison_on_min = self.cx.bool_type().const_zero().into();
+                self.math("llvm.abs", &[x, poison_on_min])
+            }
+            (_, DType::Bool | DType::I32 | DType::I64) => {
+                Err(invalid(format!("{} of {d}", f.name())))
+            }
+            (Intr::Abs, _) => self.math("llvm.fabs", &[x]),
+            (Intr::Sqrt, _) => self.math("llvm.sqrt", &[x]),
+            (Intr::Exp, DType::F32) => self.exp_f32(x),
+            (Intr::Log, DType::F32) => {
+                let l2 = self.math("llvm.nvvm.lg2.approx.f", &[x])?;
+                self.fmul_const(l2, std::f64::consts::LN_2)
+            }
+            (Intr::Tanh, DType::F32) => self.tanh_f32(x),
+            (Intr::Exp | Intr::Log | Intr::Tanh, _) => Err(CodegenError::Unsupported(format!(
+                "{} of f64 on the GPU (needs libdevice)",
+                f.name()
+            ))),
+        }
+    }
+
+    fn fmul_const(&mut self, x: V<'ctx>, c: f64) -> Res<V<'ctx>> {
+        let k = self.cx.f32_type().const_float(c);
+        Ok(self.b.build_float_mul(float(x)?, k, "scaled")?.into())
+    }
+
+    /// `e^x` as `2^(x log2 e)` (CUDA's `__expf`).
+    fn exp_f32(&mut self, x: V<'ctx>) -> Res<V<'ctx>> {
+        let t = self.fmul_const(x, std::f64::consts::LOG2_E)?;
+        self.math("llvm.nvvm.ex2.approx.f", &[t])
+    }
+
+    /// `tanh x`: an odd Taylor polynomial below |x| = 1/8 (where `1 - e^-2|x|` would lose
+    /// digits to cancellation; the first term left out is under 2e-9 relative there), else
+    /// `sign(x) (1 - e) / (1 + e)` with `e = e^(-2|x|)`, which tends to ±1 without overflow.
+    fn tanh_f32(&mut self, x: V<'ctx>) -> Res<V<'ctx>> {
+        let f32t = self.cx.f32_type();
+        let xf = float(x)?;
+        let ax = self.math("llvm.fabs", &[x])?;
+        let m2ax = self.fmul_const(ax, -2.0)?;
+        let e = float(self.exp_f32(m2ax)?)?;
+        let one = f32t.const_float(1.0);
+        let num = self.b.build_float_sub(one, e, "num")?;
+        let den = self.b.build_float_add(one, e, "den")?;
+        let big = self.b.build_float_div(num, den, "tanh.big")?;
+        let big = self.math("llvm.copysign", &[big.into(), x])?;
+        // x (1 + x^2 (c1 + x^2 (c2 + x^2 c3))), Horner in x^2.
+        let x2 = self.b.build_float_mul(xf, xf, "x2")?;
+        let mut p = f32t.const_float(-17.0 / 315.0);
+        for c in [2.0 / 15.0, -1.0 / 3.0, 1.0] {
+            let m = self.b.build_float_mul(p, x2, "p")?;
+            p = self.b.build_float_add(m, f32t.const_float(c), "p")?;
+        }
+        let small = self.b.build_float_mul(xf, p, "tanh.small")?;
+        let eighth = f32t.const_float(0.125);
+        let ax = float(ax)?;
+        let is_small = self
+            .b
+            .build_float_compare(FloatPredicate::OLT, ax, eighth, "small")?;
+        // NaN is not small, and the big branch keeps it NaN.
+        Ok(self.b.build_select(is_small, small, float(big)?, "tanh")?)
+    }
+}
+
+/// `v` as an integer; a mismatch is the IR's (a dtype that does not fit its operator).
+fn int(v: V<'_>) -> Res<IntValue<'_>> {
+    match v {
+        V::IntValue(i) => Ok(i),
+        _ => Err(invalid("integer operation on a non-integer")),
+    }
+}
+
+/// `v` as a float.
+fn float(v: V<'_>) -> Res<inkwell::values::FloatValue<'_>> {
+    match v {
+        V::FloatValue(f) => Ok(f),
+        _ => Err(invalid("float operation on a non-float")),
+    }
+}
+
+/// True if evaluating `e` reads a buffer.
+fn reads_memory(e: &Expr) -> bool {
+    let mut found = false;
+    e.visit(&mut |x| found |= matches!(x, Expr::BufLoad { .. } | Expr::Load { .. }));
+    found
+}
+
+/// LLVM type of a value of `d` in a register (bool is `i1`).
+fn reg_ty(cx: &Context, d: DType) -> BasicTypeEnum<'_> {
+    match d {
+        DType::Bool => cx.bool_type().into(),
+        DType::I32 => cx.i32_type().into(),
+        DType::I64 => cx.i64_type().into(),
+        DType::F32 => cx.f32_type().into(),
+        DType::F64 => cx.f64_type().into(),
+    }
+}
+
+/// LLVM type of a `d` element in memory (bool is a byte).
+fn mem_ty(cx: &Context, d: DType) -> BasicTypeEnum<'_> {
+    match d {
+        DType::Bool => cx.i8_type().into(),
+        d => reg_ty(cx, d),
+    }
+}
+
+fn constant(cx: &Context, c: Const) -> V<'_> {
+    match c {
+        Const::Bool(b) => cx.bool_type().const_int(b as u64, false).into(),
+        Const::I32(v) => cx.i32_type().const_int(v as i64 as u64, true).into(),
+        Const::I64(v) => cx.i64_type().const_int(v as u64, true).into(),
+        Const::F32(v) => cx.f32_type().const_float(v as f64).into(),
+        Const::F64(v) => cx.f64_type().const_float(v).into(),
+    }
+}

@@ -1,0 +1,372 @@
+//! PTX from the loop IR (`tensortune::codegen::nvptx`), checked without a GPU: the text
+//! LLVM's NVPTX back end emits, the launch sizes, the errors, `ptxas` from the CUDA toolkit
+//! assembling the PTX where one is found, and the bound schedule's meaning through the loop
+//! IR interpreter.
+
+use std::path::PathBuf;
+use std::process::Command;
+use tensortune::codegen::nvptx::{emit_ptx, launch_dims, LaunchDims, LaunchError};
+use tensortune::codegen::CodegenError;
+use tensortune::measure::{max_reduction_len, random_inputs, tolerance};
+use tensortune_schedules::expr::{self, BinOp, BufId};
+use tensortune_schedules::ir::{
+    BufKind, BufferDecl, ForKind, LoweredFunc, Scope, Stmt, ThreadAxis,
+};
+use tensortune_schedules::lower::lower;
+use tensortune_schedules::ops::WorkloadSpec;
+use tensortune_schedules::schedule::State;
+use tensortune_schedules::{eval, interp, ComputeDag, DType, Expr, Var};
+
+const ARCH: &str = "sm_90";
+
+fn dag(spec: &str) -> ComputeDag {
+    WorkloadSpec::parse(spec)
+        .unwrap_or_else(|e| panic!("{spec}: {e}"))
+        .build()
+        .unwrap_or_else(|e| panic!("{spec}: {e}"))
+}
+
+/// matmul 64x64x64 with i and j split by 16, the outer halves bound to blockIdx.x/y and the
+/// inner ones to threadIdx.x/y: a 4x4 grid of 16x16 blocks, one output element per thread.
+fn bound_matmul() -> (ComputeDag, State) {
+    let d = dag("matmul:M=64,N=64,K=64");
+    let mut s = State::new(&d);
+    let c = s.stages().len() as u32 - 1;
+    s.split(c, 0, &[16]).expect("split i"); // io ii j k
+    s.split(c, 2, &[16]).expect("split j"); // io ii jo ji k
+    s.reorder(c, &[0, 2, 1, 3, 4]).expect("reorder"); // io jo ii ji k
+    for (pos, axis) in [
+        ThreadAxis::BlockX,
+        ThreadAxis::BlockY,
+        ThreadAxis::ThreadX,
+        ThreadAxis::ThreadY,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        s.bind(c, pos as u32, axis).expect("bind");
+    }
+    (d, s)
+}
+
+/// The same statement with the loops named in `kinds` (by loop variable name) rebound.
+fn rebind(s: &Stmt, kinds: &[(&str, ForKind)]) -> Stmt {
+    let mut out = s.map_children(&mut |c| rebind(c, kinds));
+    if let Stmt::For { var, kind, .. } = &mut out {
+        if let Some(&(_, k)) = kinds.iter().find(|(n, _)| *n == var.name) {
+            *kind = k;
+        }
+    }
+    out
+}
+
+/// Names of the loops of `s`, outermost first.
+fn loop_names(s: &Stmt) -> Vec<&'static str> {
+    let mut names = Vec::new();
+    s.visit(&mut |x| {
+        if let Stmt::For { var, .. } = x {
+            names.push(var.name);
+        }
+    });
+    names
+}
+
+#[test]
+fn bound_matmul_emits_a_kernel_reading_the_block_and_thread_registers() {
+    let (_, s) = bound_matmul();
+    let f = lower(&s).expect("lowers");
+    let ptx = emit_ptx(&f, ARCH).unwrap_or_else(|e| panic!("{e}\n{f}"));
+    for want in [
+        ".visible .entry",
+        "%tid.x",
+        "%tid.y",
+        "%ctaid.x",
+        "%ctaid.y",
+        ".target sm_90",
+        ".address_size 64",
+        &format!("{}(", f.name),
+    ] {
+        assert!(ptx.contains(want), "no `{want}` in\n{ptx}\n{f}");
+    }
+    // Exact launch, so no bounds guard; the k loop stays a loop.
+    assert_eq!(
+        launch_dims(&f),
+        Ok(LaunchDims {
+            grid: [4, 4, 1],
+            block: [16, 16, 1],
+        })
+    );
+    assert!(ptx.contains("ld.global"), "{ptx}");
+    assert!(ptx.contains("st.global"), "{ptx}");
+}
+
+#[test]
+fn unbound_function_is_a_single_thread_kernel() {
+    let d = dag("matmul:M=8,N=6,K=5");
+    let f = lower(&State::new(&d)).expect("lowers");
+    assert_eq!(
+        launch_dims(&f),
+        Ok(LaunchDims {
+            grid: [1, 1, 1],
+            block: [1, 1, 1],
+        })
+    );
+    let ptx = emit_ptx(&f, ARCH).unwrap_or_else(|e| panic!("{e}\n{f}"));
+    assert!(ptx.contains(".visible .entry"), "{ptx}");
+    assert!(!ptx.contains("%tid") && !ptx.contains("%ctaid"), "{ptx}");
+    assemble(&ptx, "unbound");
+}
+
+#[test]
+fn axis_bound_twice_on_one_path_is_an_error() {
+    let d = dag("matmul:M=8,N=6,K=5");
+    let mut f = lower(&State::new(&d)).expect("lowers");
+    let names = loop_names(&f.body);
+    let (outer, inner) = (names[0], names[1]);
+    f.body = rebind(
+        &f.body,
+        &[
+            (outer, ForKind::ThreadBound(ThreadAxis::ThreadX)),
+            (inner, ForKind::ThreadBound(ThreadAxis::ThreadX)),
+        ],
+    );
+    match launch_dims(&f) {
+        Err(LaunchError::AxisBoundTwice {
+            axis,
+            outer: o,
+            inner: i,
+        }) => {
+            assert_eq!(axis, "threadIdx.x");
+            assert_eq!((o.as_str(), i.as_str()), (outer, inner));
+        }
+        r => panic!("{r:?}\n{f}"),
+    }
+    assert!(
+        matches!(emit_ptx(&f, ARCH), Err(CodegenError::InvalidIr(_))),
+        "{f}"
+    );
+}
+
+#[test]
+fn blocks_over_1024_threads_are_an_error() {
+    let (_, s) = bound_matmul();
+    let mut f = lower(&s).expect("lowers");
+    // Bind the outer loops to threads as well: 64 x 64 threads in a block.
+    let names = loop_names(&f.body);
+    f.body = rebind(
+        &f.body,
+        &[
+            (names[0], ForKind::ThreadBound(ThreadAxis::ThreadZ)),
+            (names[1], ForKind::Serial),
+        ],
+    );
+    // 16 x 16 x 4 = 1024 is still allowed.
+    assert_eq!(
+        launch_dims(&f).map(|l| l.threads_per_block()),
+        Ok(1024),
+        "{f}"
+    );
+    let d = dag("matmul:M=64,N=64,K=64");
+    let mut g = lower(&State::new(&d)).expect("lowers");
+    let n = loop_names(&g.body);
+    g.body = rebind(
+        &g.body,
+        &[
+            (n[0], ForKind::ThreadBound(ThreadAxis::ThreadX)),
+            (n[1], ForKind::ThreadBound(ThreadAxis::ThreadY)),
+        ],
+    );
+    assert!(
+        matches!(
+            launch_dims(&g),
+            Err(LaunchError::TooManyThreads { threads: 4096, .. })
+        ),
+        "{:?}",
+        launch_dims(&g)
+    );
+    assert!(matches!(
+        emit_ptx(&g, ARCH),
+        Err(CodegenError::Unsupported(_))
+    ));
+    assert!(matches!(
+        emit_ptx(&f, "gfx90a"),
+        Err(CodegenError::Target(_))
+    ));
+}
+
+/// Two sibling nests bound to threadIdx.x with extents 8 and 4: the launch has 8 threads, and
+/// the second nest runs only in the first 4 (a guard).
+fn siblings() -> LoweredFunc {
+    let buf = |name: &str, kind| BufferDecl {
+        name: name.into(),
+        dtype: DType::F32,
+        shape: vec![8],
+        scope: Scope::Global,
+        kind,
+        row_pad: 0,
+    };
+    let (i, j) = (Var::new(0, "i"), Var::new(1, "j"));
+    let load = |b: u32, v: &Var| Expr::BufLoad {
+        buf: BufId(b),
+        dtype: DType::F32,
+        index: Box::new(Expr::var(v)),
+    };
+    let tx = ForKind::ThreadBound(ThreadAxis::ThreadX);
+    let body = Stmt::Seq(vec![
+        Stmt::For {
+            var: i,
+            extent: 8,
+            kind: tx,
+            body: Box::new(Stmt::Store {
+                buf: BufId(1),
+                index: Expr::var(&i),
+                // exp(a) + tanh(log(a)): the three functions the GPU computes its own way.
+                value: Expr::bin(
+                    BinOp::Add,
+                    expr::exp(load(0, &i)),
+                    expr::tanh(expr::log(load(0, &i))),
+                ),
+            }),
+        },
+        Stmt::Sync,
+        Stmt::For {
+            var: j,
+            extent: 4,
+            kind: tx,
+            body: Box::new(Stmt::Store {
+                buf: BufId(1),
+                index: Expr::var(&j),
+                value: Expr::bin(BinOp::Mul, load(1, &j), Expr::f32(2.0)),
+            }),
+        },
+    ]);
+    LoweredFunc {
+        name: "siblings".into(),
+        buffers: vec![buf("A", BufKind::Input(0)), buf("B", BufKind::Output(0))],
+        params: vec![BufId(0), BufId(1)],
+        body,
+        num_vars: 2,
+    }
+}
+
+#[test]
+fn sibling_nests_share_the_launch_with_a_guard() {
+    let f = siblings();
+    assert_eq!(
+        launch_dims(&f),
+        Ok(LaunchDims {
+            grid: [1, 1, 1],
+            block: [8, 1, 1],
+        })
+    );
+    let ptx = emit_ptx(&f, ARCH).unwrap_or_else(|e| panic!("{e}\n{f}"));
+    assert!(ptx.contains("bar.sync"), "{ptx}");
+    assert!(ptx.contains("ex2.approx"), "{ptx}");
+    assert!(ptx.contains("lg2.approx"), "{ptx}");
+    // The guard of the 4-thread nest compares %tid.x with 4.
+    assert!(ptx.contains(", 3;") || ptx.contains(", 4;"), "{ptx}");
+    assemble(&ptx, "siblings");
+}
+
+#[test]
+fn every_op_default_schedule_emits_ptx_that_ptxas_accepts() {
+    for spec in [
+        "matmul:M=13,N=17,K=19",
+        "dense_bias_relu:M=5,N=19,K=11",
+        "conv2d:N=1,C=3,H=7,W=7,K=5,R=3,S=3,stride=1,pad=1",
+        "softmax:M=5,N=23",
+        "reduce_sum:M=4,N=13,dtype=i32",
+    ] {
+        let f = lower(&State::new(&dag(spec))).expect("lowers");
+        let ptx = emit_ptx(&f, ARCH).unwrap_or_else(|e| panic!("{spec}: {e}\n{f}"));
+        assemble(&ptx, &f.name);
+    }
+}
+
+#[test]
+fn ptxas_accepts_the_bound_matmul() {
+    let (_, s) = bound_matmul();
+    let f = lower(&s).expect("lowers");
+    let ptx = emit_ptx(&f, ARCH).unwrap_or_else(|e| panic!("{e}\n{f}"));
+    assemble(&ptx, "bound_matmul");
+}
+
+/// The bound schedule computes matmul: the interpreter runs bound loops as serial loops,
+/// which is what a launch covering every iteration once amounts to.
+#[test]
+fn bound_matmul_computes_matmul() {
+    let (d, s) = bound_matmul();
+    let f = lower(&s).expect("lowers");
+    assert!(
+        loop_names(&f.body).len() >= 5,
+        "the bound loops are still in the IR\n{f}"
+    );
+    let ins = random_inputs(&d, 7).expect("inputs");
+    let want = eval::evaluate(&d, &ins).expect("evaluate");
+    let got = interp::run(&f, &ins).expect("interpret");
+    let tol = tolerance(want[0].data.dtype(), max_reduction_len(&d));
+    for (w, g) in want.iter().zip(&got) {
+        let diff = g.max_rel_diff(w).expect("same shape and dtype");
+        assert!(diff <= tol, "differs by {diff} > {tol}\n{f}");
+    }
+}
+
+/// `ptxas`: `$PTXAS`, else on `PATH`, else in the `nvidia-cuda-nvcc-cu12` wheel of `python3`.
+fn find_ptxas() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("PTXAS") {
+        return Some(PathBuf::from(p));
+    }
+    let on_path = Command::new("ptxas").arg("--version").output();
+    if on_path.is_ok_and(|o| o.status.success()) {
+        return Some(PathBuf::from("ptxas"));
+    }
+    // A namespace package: its directory is `__path__[0]`, there is no `__file__`.
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            "import nvidia.cuda_nvcc as m; print(list(m.__path__)[0])",
+        ])
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let dir = String::from_utf8(out.stdout).ok()?;
+    let p = PathBuf::from(dir.trim()).join("bin").join("ptxas");
+    p.is_file().then_some(p)
+}
+
+/// Assembles `ptx` for [`ARCH`] with `ptxas` and asserts it succeeds; skips without one.
+fn assemble(ptx: &str, what: &str) {
+    let Some(ptxas) = find_ptxas() else {
+        eprintln!("skipped: no ptxas (pip install nvidia-cuda-nvcc-cu12)");
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join(format!("{what}.ptx"));
+    std::fs::write(&file, ptx).expect("write PTX");
+    let out = Command::new(&ptxas)
+        .arg(format!("-arch={ARCH}"))
+        .arg("-o")
+        .arg(dir.path().join(format!("{what}.cubin")))
+        .arg(&file)
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e}", ptxas.display()));
+    assert!(
+        out.status.success(),
+        "ptxas rejected {what}:\n{}\n{ptx}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("ptxas ({}) accepted {what}", ptxas.display());
+}
+
+/// `exp` of f64 needs libdevice, which is not linked yet: a typed error, not a PTX call to a
+/// function that does not exist.
+#[test]
+fn f64_exp_is_unsupported_for_now() {
+    let f = lower(&State::new(&dag("softmax:M=3,N=5,dtype=f64"))).expect("lowers");
+    match emit_ptx(&f, ARCH) {
+        Err(CodegenError::Unsupported(m)) => assert!(m.contains("libdevice"), "{m}"),
+        r => panic!("{r:?}"),
+    }
+}
