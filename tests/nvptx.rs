@@ -194,59 +194,71 @@ fn blocks_over_1024_threads_are_an_error() {
     ));
 }
 
-/// Two sibling nests bound to threadIdx.x with extents 8 and 4: the launch has 8 threads, and
-/// the second nest runs only in the first 4 (a guard).
-fn siblings() -> LoweredFunc {
-    let buf = |name: &str, kind| BufferDecl {
+/// An f32 buffer of `len` elements.
+fn f32_buffer(name: &str, len: i64, kind: BufKind, scope: Scope) -> BufferDecl {
+    BufferDecl {
         name: name.into(),
         dtype: DType::F32,
-        shape: vec![8],
-        scope: Scope::Global,
+        shape: vec![len],
+        scope,
         kind,
         row_pad: 0,
-    };
-    let (i, j) = (Var::new(0, "i"), Var::new(1, "j"));
-    let load = |b: u32, v: &Var| Expr::BufLoad {
-        buf: BufId(b),
+    }
+}
+
+/// `buf[index]` of an f32 buffer.
+fn load(buf: u32, index: Expr) -> Expr {
+    Expr::BufLoad {
+        buf: BufId(buf),
         dtype: DType::F32,
-        index: Box::new(Expr::var(v)),
-    };
-    let tx = ForKind::ThreadBound(ThreadAxis::ThreadX);
-    let body = Stmt::Seq(vec![
-        Stmt::For {
-            var: i,
-            extent: 8,
-            kind: tx,
-            body: Box::new(Stmt::Store {
-                buf: BufId(1),
-                index: Expr::var(&i),
-                // exp(a) + tanh(log(a)): the three functions the GPU computes its own way.
-                value: Expr::bin(
-                    BinOp::Add,
-                    expr::exp(load(0, &i)),
-                    expr::tanh(expr::log(load(0, &i))),
-                ),
-            }),
-        },
-        Stmt::Sync,
-        Stmt::For {
-            var: j,
-            extent: 4,
-            kind: tx,
-            body: Box::new(Stmt::Store {
-                buf: BufId(1),
-                index: Expr::var(&j),
-                value: Expr::bin(BinOp::Mul, load(1, &j), Expr::f32(2.0)),
-            }),
-        },
-    ]);
+        index: Box::new(index),
+    }
+}
+
+/// `threadIdx.x for var in 0..extent: buf[var] = value`.
+fn thread_store(var: Var, extent: i64, buf: u32, value: Expr) -> Stmt {
+    Stmt::For {
+        var,
+        extent,
+        kind: ForKind::ThreadBound(ThreadAxis::ThreadX),
+        body: Box::new(Stmt::Store {
+            buf: BufId(buf),
+            index: Expr::var(&var),
+            value,
+        }),
+    }
+}
+
+/// A kernel of an input `A` and an output `B` of `len` elements, and `temps`.
+fn hand_built(name: &str, len: i64, temps: Vec<BufferDecl>, body: Stmt) -> LoweredFunc {
+    let mut buffers = vec![
+        f32_buffer("A", len, BufKind::Input(0), Scope::Global),
+        f32_buffer("B", len, BufKind::Output(0), Scope::Global),
+    ];
+    buffers.extend(temps);
     LoweredFunc {
-        name: "siblings".into(),
-        buffers: vec![buf("A", BufKind::Input(0)), buf("B", BufKind::Output(0))],
+        name: name.into(),
+        buffers,
         params: vec![BufId(0), BufId(1)],
         body,
         num_vars: 2,
     }
+}
+
+/// Two sibling nests bound to threadIdx.x with extents 8 and 4: the launch has 8 threads, and
+/// the second nest runs only in the first 4 (a guard).
+fn siblings() -> LoweredFunc {
+    let (i, j) = (Var::new(0, "i"), Var::new(1, "j"));
+    let a = || load(0, Expr::var(&i));
+    // exp(a) + tanh(log(a)): the three functions the GPU computes its own way.
+    let first = Expr::bin(BinOp::Add, expr::exp(a()), expr::tanh(expr::log(a())));
+    let second = Expr::bin(BinOp::Mul, load(1, Expr::var(&j)), Expr::f32(2.0));
+    let body = Stmt::Seq(vec![
+        thread_store(i, 8, 1, first),
+        Stmt::Sync,
+        thread_store(j, 4, 1, second),
+    ]);
+    hand_built("siblings", 8, Vec::new(), body)
 }
 
 #[test]
@@ -369,4 +381,34 @@ fn f64_exp_is_unsupported_for_now() {
         Err(CodegenError::Unsupported(m)) => assert!(m.contains("libdevice"), "{m}"),
         r => panic!("{r:?}"),
     }
+}
+
+/// A `Shared` temporary is one `.shared` array of the block: threads write it, meet at the
+/// barrier, and read each other's elements.
+#[test]
+fn shared_temporary_is_block_shared_memory() {
+    let (i, j) = (Var::new(0, "i"), Var::new(1, "j"));
+    let reversed = Expr::bin(BinOp::Sub, Expr::int(31), Expr::var(&j));
+    let body = Stmt::Allocate {
+        buf: BufId(2),
+        body: Box::new(Stmt::Seq(vec![
+            thread_store(i, 32, 2, load(0, Expr::var(&i))),
+            Stmt::Sync,
+            thread_store(j, 32, 1, load(2, reversed)),
+        ])),
+    };
+    let shared = f32_buffer("S", 32, BufKind::Temp, Scope::Shared);
+    let f = hand_built("reverse", 32, vec![shared], body);
+    let ptx = emit_ptx(&f, ARCH).unwrap_or_else(|e| panic!("{e}\n{f}"));
+    for want in [".shared", "st.shared.f32", "ld.shared.f32", "bar.sync"] {
+        assert!(ptx.contains(want), "no `{want}` in\n{ptx}");
+    }
+    assemble(&ptx, "reverse");
+    // The same buffer as a per-thread `Local` temporary is local memory or registers, never
+    // shared.
+    let mut local = f.clone();
+    local.buffers[2].scope = Scope::Local;
+    let ptx = emit_ptx(&local, ARCH).unwrap_or_else(|e| panic!("{e}\n{local}"));
+    assert!(!ptx.contains(".shared"), "{ptx}");
+    assemble(&ptx, "reverse_local");
 }
