@@ -469,12 +469,17 @@ def is_clap_form(lines):
 
 
 def is_import_report(lines):
-    """`import`'s documented report: one `FILE:LINE: why` line per bad line, one summary."""
+    """The documented reports of `import` (one `FILE:LINE: why` line per bad line) and
+    `merge` (one `DB: record ID: why` line per bad record), each with one summary line."""
     summary = [l for l in lines if l.startswith("tensortune: ")]
     rest = [l for l in lines if not l.startswith("tensortune: ")]
-    return (len(summary) == 1 and rest
-            and all(re.match(r"^\s*\S+:\d+: ", l) for l in rest)
-            and ("bad line" in summary[0]))
+    if len(summary) != 1 or not rest:
+        return False
+    if "bad line" in summary[0]:
+        return all(re.match(r"^\s*\S+:\d+: ", l) for l in rest)
+    if "bad record" in summary[0]:
+        return all(re.match(r"^\S+: record \S+: ", l) for l in rest)
+    return False
 
 
 def classify(rc, timed_out, out, err):

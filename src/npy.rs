@@ -37,10 +37,19 @@ impl<T: ReadableElement + ViewElement + Clone> NpyElement for T {}
 
 /// Reads the array in the `.npy` file at `path` (see the module doc).
 pub fn read<T: NpyElement>(path: &Path) -> Result<ArrayD<T>, NpyError> {
-    let bytes = std::fs::read(path).map_err(|e| NpyError::Io {
+    let io = |message: String| NpyError::Io {
         path: path.to_path_buf(),
-        message: e.to_string(),
-    })?;
+        message,
+    };
+    // A device or a pipe (`/dev/zero`, a FIFO) could be read forever: only a regular file,
+    // and no more of it than it says it holds, fits in memory.
+    let meta = std::fs::metadata(path).map_err(|e| io(e.to_string()))?;
+    if !meta.is_file() {
+        return Err(io("not a regular file".to_string()));
+    }
+    crate::runtime::memory::check_fits(meta.len(), "the .npy file")
+        .map_err(|e| io(e.to_string()))?;
+    let bytes = std::fs::read(path).map_err(|e| io(e.to_string()))?;
     parse(&bytes)
 }
 

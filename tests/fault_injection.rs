@@ -742,3 +742,137 @@ fn a_full_disk_is_a_usage_error_and_keeps_every_record_and_output() {
         "no temporary file left behind"
     );
 }
+
+/// A copy of `base` changed by `sql` (plain SQL, as a hostile or careless hand would).
+fn edited_db(base: &Path, name: &str, sql: &str) -> PathBuf {
+    let path = base.with_file_name(name);
+    std::fs::copy(base, &path).expect("copy");
+    let conn = rusqlite::Connection::open(&path).expect("sqlite");
+    conn.execute_batch(sql).expect("edit");
+    path
+}
+
+/// Cases of the hostile-user probe (`scripts/probe.py`) that once panicked, hung or exited 1:
+/// each now ends in one line and exit status 2, quickly.
+#[test]
+fn probe_regressions_are_one_line_usage_errors() {
+    let dir = temp();
+    let base = dir.path().join("base.db");
+    assert!(tune_cmd(&base, "4")
+        .output()
+        .expect("tune")
+        .status
+        .success());
+    let long_key = format!("llvm {}", "x".repeat(100_000));
+    let huge_trace = format!(
+        "{{\"steps\":[{}]}}",
+        vec![r#"{"op":"split","stage":2,"iter":0,"factors":[1]}"#; 5000].join(",")
+    );
+    let cases: Vec<(PathBuf, &str)> = vec![
+        // A key wider than `format!` pads (the table panicked).
+        (
+            edited_db(
+                &base,
+                "wide.db",
+                &format!("UPDATE records SET target_key = '{long_key}' WHERE id = 1;"),
+            ),
+            "",
+        ),
+        // Text where a number belongs.
+        (
+            edited_db(
+                &base,
+                "text.db",
+                "UPDATE records SET median_s = 'abc' WHERE error_kind IS NULL;",
+            ),
+            "out of place",
+        ),
+        // A version no file of ours has.
+        (
+            edited_db(&base, "neg.db", "PRAGMA user_version = -5;"),
+            "schema version -5",
+        ),
+        // Tables of today's schema claiming the first version.
+        (
+            edited_db(&base, "older.db", "PRAGMA user_version = 1;"),
+            "do not match its schema version",
+        ),
+        // A trace long enough to take minutes to replay.
+        (
+            edited_db(
+                &base,
+                "longtrace.db",
+                &format!("UPDATE records SET trace = '{huge_trace}';"),
+            ),
+            "",
+        ),
+    ];
+    for (db, needle) in &cases {
+        for args in [
+            vec!["records", "--db"],
+            vec!["export", "--db"],
+            vec!["merge", "--into", "merged.db"],
+        ] {
+            let t0 = Instant::now();
+            let out = bin()
+                .current_dir(dir.path())
+                .args(&args)
+                .arg(db)
+                .output()
+                .expect("runs");
+            let err = stderr(&out);
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "{args:?} {db:?} took {:?}",
+                t0.elapsed()
+            );
+            assert!(!err.contains("panicked"), "{args:?} {db:?}: {err}");
+            match out.status.code() {
+                Some(0) => {}
+                // merge lists each bad record and ends with one summary line.
+                Some(2) if args[0] == "merge" && err.contains("bad record") => {}
+                Some(2) => assert_usage_error(&out, needle),
+                c => panic!("{args:?} {db:?}: exit {c:?}: {err}"),
+            }
+        }
+    }
+    let out = bin()
+        .args(["export", "--db"])
+        .arg(&base)
+        .arg("--out")
+        .arg(dir.path())
+        .output()
+        .expect("export");
+    assert_usage_error(&out, "directory");
+    let out = bin()
+        .args(["run", "--workload", "matmul:M=2,N=2,K=2", "--inputs"])
+        .arg("/dev/zero,/dev/zero")
+        .output()
+        .expect("run");
+    assert_usage_error(&out, "not a regular file");
+    let out = bin()
+        .args(["model", "eval", "--rounds", "100000", "--db"])
+        .arg(&base)
+        .output()
+        .expect("eval");
+    assert_usage_error(&out, "--rounds");
+    let out = bin()
+        .args([
+            "best",
+            "--workload",
+            SPEC,
+            "--target",
+            "llvm\n-mcpu=x",
+            "--db",
+        ])
+        .arg(&base)
+        .output()
+        .expect("best");
+    assert_usage_error(&out, "llvm\\n-mcpu=x");
+    let out = bin()
+        .args(["run", "--workload", SPEC, "--repeat", "1"])
+        .env("TENSORTUNE_LLVM_ARGS", "-unroll-threshold=abc")
+        .output()
+        .expect("run");
+    assert_usage_error(&out, "'abc' value invalid");
+}

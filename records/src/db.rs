@@ -222,7 +222,19 @@ impl Database {
             .execute_batch("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;")
             .map_err(|e| db.error(e))?;
         let migrated = schema::migrate(&mut db.conn);
-        migrated.map_err(|e| db.error(e))?;
+        migrated.map_err(|e| match db.error(e) {
+            // The upgrade's own statements failed: tables that do not match the version the
+            // file claims (a hand-edited `user_version`), which is damage, not a bug here.
+            RecordsError::Sqlite { path, source }
+                if source.sqlite_error_code() == Some(rusqlite::ErrorCode::Unknown) =>
+            {
+                RecordsError::Corrupt {
+                    path,
+                    message: format!("its tables do not match its schema version: {source}"),
+                }
+            }
+            e => e,
+        })?;
         Ok(db)
     }
 
@@ -576,6 +588,19 @@ fn uri_path(path: &Path) -> String {
 /// variant, everything else is [`RecordsError::Sqlite`].
 pub(crate) fn sqlite_error(path: &Path, e: rusqlite::Error) -> RecordsError {
     let path = path.to_path_buf();
+    // A stored value of the wrong type or range (text where a number belongs, a negative
+    // version): the file's damage, reported as such rather than as an internal error.
+    if matches!(
+        e,
+        rusqlite::Error::InvalidColumnType(..)
+            | rusqlite::Error::FromSqlConversionFailure(..)
+            | rusqlite::Error::IntegralValueOutOfRange(..)
+    ) {
+        return RecordsError::Corrupt {
+            path,
+            message: format!("a stored value is out of place: {e}"),
+        };
+    }
     match e.sqlite_error_code() {
         Some(rusqlite::ErrorCode::NotADatabase) => RecordsError::NotADatabase { path },
         Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked) => {

@@ -159,6 +159,10 @@ impl RecordsError {
                     | std::io::ErrorKind::PermissionDenied
                     | std::io::ErrorKind::StorageFull
                     | std::io::ErrorKind::ReadOnlyFilesystem
+                    | std::io::ErrorKind::IsADirectory
+                    | std::io::ErrorKind::NotADirectory
+                    | std::io::ErrorKind::InvalidFilename
+                    | std::io::ErrorKind::FileTooLarge
             ),
             // A path in a missing folder, a file or folder without write permission, a full
             // disk, or a "database" that is a device (`/dev/null` fails with an I/O error).

@@ -100,13 +100,17 @@ pub(crate) enum Kind {
 pub(crate) fn inspect(conn: &Connection) -> rusqlite::Result<Kind> {
     // One statement, so the three markers come from one snapshot: read one by one, they could
     // straddle another process's creation of the schema and look like a foreign file.
-    let (version, app_id, tables): (u32, i32, i64) = conn.query_row(
+    let (version, app_id, tables): (i64, i32, i64) = conn.query_row(
         "SELECT (SELECT user_version FROM pragma_user_version),
                 (SELECT application_id FROM pragma_application_id),
                 (SELECT count(*) FROM sqlite_master WHERE name NOT LIKE 'sqlite_%')",
         [],
         |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
     )?;
+    // A version outside u32 (negative, say) can only be a hand edit.
+    let Ok(version) = u32::try_from(version) else {
+        return Ok(Kind::Foreign(format!("schema version {version}")));
+    };
     Ok(match (app_id, version, tables) {
         (0, 0, 0) => Kind::Empty,
         (APPLICATION_ID, v, _) if v > 0 => Kind::Records(v),
@@ -120,6 +124,7 @@ pub(crate) fn inspect(conn: &Connection) -> rusqlite::Result<Kind> {
 /// newer; this re-reads it under the write lock.
 pub(crate) fn migrate(conn: &mut Connection) -> rusqlite::Result<()> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    // Checked by `inspect` before; a file changed since then fails the conversion here.
     let version: u32 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
     for step in MIGRATIONS.iter().skip(version as usize) {
         tx.execute_batch(step)?;

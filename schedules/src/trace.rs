@@ -171,6 +171,10 @@ pub struct SketchRef {
     pub decisions: Vec<Vec<i64>>,
 }
 
+/// The most steps a trace may have. Schedules the search makes take well under a hundred;
+/// replaying tens of thousands takes minutes.
+pub const MAX_STEPS: usize = 1024;
+
 /// A trace that cannot be read or does not fit its DAG.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 #[non_exhaustive]
@@ -178,6 +182,13 @@ pub enum TraceError {
     /// Not a JSON trace.
     #[error("malformed trace JSON: {0}")]
     Json(String),
+    /// More steps than any schedule needs ([`MAX_STEPS`]): a hostile or damaged record, whose
+    /// replay would take minutes.
+    #[error("a trace of {steps} steps (at most {MAX_STEPS})")]
+    TooLong {
+        /// Steps in the trace.
+        steps: usize,
+    },
     /// Step `index` failed on replay.
     #[error("step {index} ({step}) does not apply: {source}")]
     Step {
@@ -199,7 +210,19 @@ impl Trace {
     /// Parses JSON text.
     pub fn from_json(s: &str) -> Result<Trace, TraceError> {
         // serde's messages quote the text they reject (`unknown variant ...`) as it was.
-        serde_json::from_str(s).map_err(|e| TraceError::Json(single_line(&e.to_string()).into()))
+        let t: Trace = serde_json::from_str(s)
+            .map_err(|e| TraceError::Json(single_line(&e.to_string()).into()))?;
+        t.check_length()?;
+        Ok(t)
+    }
+
+    fn check_length(&self) -> Result<(), TraceError> {
+        if self.steps.len() > MAX_STEPS {
+            return Err(TraceError::TooLong {
+                steps: self.steps.len(),
+            });
+        }
+        Ok(())
     }
     /// JSON of the steps alone: equal for equal programs, whatever produced them.
     pub fn steps_json(&self) -> String {
@@ -207,6 +230,7 @@ impl Trace {
     }
     /// Applies the steps to a fresh state of `dag`.
     pub fn replay(&self, dag: &ComputeDag) -> Result<State, TraceError> {
+        self.check_length()?;
         let mut s = State::new(dag);
         for (index, step) in self.steps.iter().enumerate() {
             s.apply_in_place(step).map_err(|source| TraceError::Step {

@@ -165,7 +165,11 @@ fn main() -> ExitCode {
     }
     // A bug must still end as one line and an internal-error status, not a backtrace.
     std::panic::set_hook(Box::new(|info| {
-        eprintln!("tensortune: internal error: {info}");
+        let text = info.to_string();
+        eprintln!(
+            "tensortune: internal error: {}",
+            tensortune::schedules::text::single_line(&text)
+        );
     }));
     // Usage errors from clap: the error's own line and the hint, exit status 2 (clap's full
     // rendering adds a usage block); help and version print as clap does.
@@ -204,7 +208,12 @@ fn main() -> ExitCode {
         Ok(Ok(())) => ExitCode::SUCCESS,
         Ok(Err(e)) => {
             let _ = io::stdout().flush();
-            eprintln!("tensortune: {e}");
+            // One line whatever the message quotes (a key or spec with a line break in it).
+            let text = e.to_string();
+            eprintln!(
+                "tensortune: {}",
+                tensortune::schedules::text::single_line(&text)
+            );
             ExitCode::from(e.exit_code())
         }
         Err(_) => ExitCode::from(1),

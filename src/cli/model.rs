@@ -184,16 +184,21 @@ pub fn eval(args: &EvalArgs, out: &mut dyn Write) -> Result<(), CliError> {
         seed: args.seed,
         ..GbdtOptions::default()
     };
+    // Bounds far past any use, so a typo cannot train for hours.
     if let Some(r) = args.rounds {
+        super::check_count("--rounds", r as usize, 1, 10_000)?;
         gbdt.rounds = r;
     }
     if let Some(b) = args.max_bin {
+        super::check_count("--max-bin", b as usize, 2, 65_536)?;
         gbdt.max_bin = b;
     }
     if let Some(d) = args.max_depth {
+        super::check_count("--max-depth", d as usize, 1, 32)?;
         gbdt.max_depth = d;
     }
     if let Some(w) = args.min_child_weight {
+        super::check_real("--min-child-weight", w, 0.0, 1e6)?;
         gbdt.min_child_weight = w;
     }
     let opts = EvalOptions {

@@ -85,7 +85,9 @@ pub struct ImportArgs {
 #[derive(Debug, Args)]
 #[command(
     after_help = "Each record and run is stored once, however often it is merged; the \
-    sources are only read. The target database is created if missing.\n\n\
+    sources are only read. The target database is created if missing. A source record that \
+    fails the checks `import` makes is reported on stderr, one line each (database, record, \
+    reason), and skipped.\n\n\
     Example:\n  tensortune merge --into all.db node1.db node2.db"
 )]
 pub struct MergeArgs {
@@ -379,10 +381,13 @@ fn render_table(rows: &[[String; 6]]) -> String {
             .zip(widths)
             .enumerate()
             .map(|(i, (cell, w))| {
+                // Padded by hand: `format!`'s width is a u16, and a hostile database can hold
+                // a key longer than that.
+                let pad = " ".repeat(w.saturating_sub(cell.chars().count()));
                 if i < 2 {
-                    format!("{cell:<w$}")
+                    format!("{cell}{pad}")
                 } else {
-                    format!("{cell:>w$}")
+                    format!("{pad}{cell}")
                 }
             })
             .collect();

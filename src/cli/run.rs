@@ -244,17 +244,22 @@ fn read_inputs(kernel: &Kernel, paths: &[PathBuf]) -> Result<Vec<NdData>, CliErr
     let mut out = Vec::with_capacity(paths.len());
     for (p, path) in params.iter().zip(paths) {
         let bad = |e: String| CliError::Usage(format!("{}: {e}", path.display()));
+        // An I/O error names the file itself; a format error gets the file's name here.
+        let npy_err = |e: crate::npy::NpyError| match e {
+            crate::npy::NpyError::Io { .. } => CliError::Usage(e.to_string()),
+            e => bad(e.to_string()),
+        };
         let (shape, data) = match p.dtype {
             DType::F32 => {
-                let a: ArrayD<f32> = crate::npy::read(path).map_err(|e| bad(e.to_string()))?;
+                let a: ArrayD<f32> = crate::npy::read(path).map_err(npy_err)?;
                 (a.shape().to_vec(), Data::F32(a.iter().copied().collect()))
             }
             DType::F64 => {
-                let a: ArrayD<f64> = crate::npy::read(path).map_err(|e| bad(e.to_string()))?;
+                let a: ArrayD<f64> = crate::npy::read(path).map_err(npy_err)?;
                 (a.shape().to_vec(), Data::F64(a.iter().copied().collect()))
             }
             DType::I32 => {
-                let a: ArrayD<i32> = crate::npy::read(path).map_err(|e| bad(e.to_string()))?;
+                let a: ArrayD<i32> = crate::npy::read(path).map_err(npy_err)?;
                 (a.shape().to_vec(), Data::I32(a.iter().copied().collect()))
             }
             d => {

@@ -154,7 +154,9 @@ pub fn tune(args: &TuneArgs, out: &mut dyn Write) -> Result<(), CliError> {
                 let best = best.map_or("no valid program".to_string(), |b| {
                     format!("best {:.3} ms", b * 1e3)
                 });
-                eprintln!(
+                // A progress line: shown unless `-q` (or RUST_LOG) silences progress.
+                log::info!(
+                    target: crate::tune::PROGRESS_LOG_TARGET,
                     "tensortune: resuming {key}: {trials} trial(s) already in {}, {best}",
                     args.db.display()
                 );

@@ -135,15 +135,66 @@ fn parse_options(extra: &str) -> Result<(), String> {
     // SAFETY: `ptrs` holds `argc` pointers to NUL-terminated strings that outlive the call
     // (LLVM copies what it keeps); `message` is writable for its length, which is passed. It
     // runs once per process (under the OnceLock), before anything is optimized or compiled.
-    let ok = unsafe {
+    let (ok, printed) = with_stderr_captured(|| unsafe {
         tensortune_parse_llvm_options(argc, ptrs.as_ptr(), message.as_mut_ptr(), message.len())
-    };
+    });
     if ok == 1 {
         return Ok(());
     }
     // SAFETY: the C++ side always NUL-terminates within the buffer's length.
     let text = unsafe { std::ffi::CStr::from_ptr(message.as_ptr()) }.to_string_lossy();
-    Err(llvm_message(&text))
+    Err(llvm_message(&format!("{printed}\n{text}")))
+}
+
+/// Runs `f` with file descriptor 2 sent to a temporary file, and returns what was written
+/// there: LLVM reports a bad option value (`-unroll-threshold=abc`) on stderr itself, not on
+/// the stream the parser is given, which would make the usage error two lines.
+fn with_stderr_captured<T>(f: impl FnOnce() -> T) -> (T, String) {
+    #[cfg(unix)]
+    {
+        use std::io::{Read, Seek};
+        let Ok(mut file) = tempfile_in_tmp() else {
+            return (f(), String::new());
+        };
+        // SAFETY: dup/dup2 on descriptors this process owns; stderr is restored before
+        // returning, and nothing else is running yet (this is the first LLVM call).
+        let saved = unsafe { libc::dup(2) };
+        if saved < 0 {
+            return (f(), String::new());
+        }
+        // SAFETY: as above.
+        unsafe { libc::dup2(std::os::fd::AsRawFd::as_raw_fd(&file), 2) };
+        let r = f();
+        // SAFETY: as above: stderr back to what it was, and our copy closed.
+        unsafe {
+            libc::dup2(saved, 2);
+            libc::close(saved);
+        }
+        let mut text = String::new();
+        if file.rewind().is_ok() {
+            let _ = file.read_to_string(&mut text);
+        }
+        (r, text)
+    }
+    #[cfg(not(unix))]
+    (f(), String::new())
+}
+
+/// An anonymous temporary file (removed as soon as it is opened).
+#[cfg(unix)]
+fn tempfile_in_tmp() -> std::io::Result<std::fs::File> {
+    let path = std::env::temp_dir().join(format!(
+        "tensortune-llvm-options-{}-{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&path)?;
+    let _ = std::fs::remove_file(&path);
+    Ok(file)
 }
 
 /// LLVM's refusal as one line: `tensortune: Unknown command line argument '-x'.  Try:
