@@ -205,6 +205,11 @@ impl WorkloadSpec {
         let malformed = || SpecError::Malformed {
             spec: spec.to_string(),
         };
+        // A line break or other control character inside a spec is a pasting accident, not
+        // spacing to trim: `M=2\n,N=2` should not quietly mean `M=2,N=2`.
+        if spec.contains(char::is_control) {
+            return Err(malformed());
+        }
         let (name, rest) = spec.split_once(':').ok_or_else(malformed)?;
         let name = name.trim();
         if name.is_empty() {

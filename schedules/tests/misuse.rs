@@ -340,11 +340,15 @@ fn spec_errors_stay_on_one_line() {
             "{e:?}"
         );
     }
+    // A control character anywhere is refused outright (it was trimmed away inside values,
+    // so `M=2\n,N=2` meant `M=2,N=2`), and quoted escaped.
     assert_eq!(
         WorkloadSpec::parse("ma\ntmul:M=1").unwrap_err().to_string(),
-        "unknown op `ma\\ntmul`; known ops: matmul, batch_matmul, dense_bias_relu, conv2d, \
-         depthwise_conv2d, softmax, reduce_sum"
+        "malformed workload spec `ma\\ntmul:M=1`: expected NAME:KEY=VALUE,... \
+         (e.g. matmul:M=64,N=64,K=64)"
     );
+    assert!(WorkloadSpec::parse("matmul:M=2\n,N=2,K=2").is_err());
+    assert!(WorkloadSpec::parse("  matmul:M=2, N=2,K=2\n").is_ok(), "edges are trimmed");
 }
 
 /// Found by `fuzz_traces`: serde quotes an unknown step or annotation name as written, so a
