@@ -348,7 +348,10 @@ fn spec_errors_stay_on_one_line() {
          (e.g. matmul:M=64,N=64,K=64)"
     );
     assert!(WorkloadSpec::parse("matmul:M=2\n,N=2,K=2").is_err());
-    assert!(WorkloadSpec::parse("  matmul:M=2, N=2,K=2\n").is_ok(), "edges are trimmed");
+    assert!(
+        WorkloadSpec::parse("  matmul:M=2, N=2,K=2\n").is_ok(),
+        "edges are trimmed"
+    );
 }
 
 /// Found by `fuzz_traces`: serde quotes an unknown step or annotation name as written, so a
