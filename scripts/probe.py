@@ -33,6 +33,7 @@ import argparse
 import hashlib
 import json
 import os
+import stat
 import random
 import re
 import shlex
@@ -932,6 +933,11 @@ def run_case(case, bin_path, pin, root, timeout):
         if b is not None and b[1] is not None and (a is None or a[1] is None or a[1] < b[1]):
             lost.append(f"{os.path.relpath(p_, d)} lost records: {b[1]} -> "
                         f"{a[1] if a else 'file gone'}")
+    # A device named as an output must stay a device: an output written by rename would put
+    # a regular file in its place (as root, /dev/null for the whole machine).
+    for dev in ("/dev/null",):
+        if os.path.exists(dev) and not stat.S_ISCHR(os.stat(dev).st_mode):
+            lost.append(f"{dev} is no longer a device")
     if lost:
         kinds.append("DATA-LOSS")
     if not timed_out:

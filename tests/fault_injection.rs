@@ -844,6 +844,17 @@ fn probe_regressions_are_one_line_usage_errors() {
         .output()
         .expect("export");
     assert_usage_error(&out, "directory");
+    // A device as the output is written, not replaced by a renamed file.
+    let out = bin()
+        .args(["export", "--db"])
+        .arg(&base)
+        .arg("--out")
+        .arg("/dev/null")
+        .output()
+        .expect("export");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let meta = std::fs::metadata("/dev/null").expect("/dev/null");
+    assert!(!meta.is_file(), "/dev/null is still a device");
     let out = bin()
         .args(["run", "--workload", "matmul:M=2,N=2,K=2", "--inputs"])
         .arg("/dev/zero,/dev/zero")

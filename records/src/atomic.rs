@@ -16,6 +16,22 @@ pub fn write_atomic(
     path: &Path,
     fill: impl FnOnce(&mut dyn Write) -> io::Result<()>,
 ) -> io::Result<()> {
+    // A device, pipe or socket (`/dev/null`, `/dev/stdout`, a FIFO) is a stream, not a file
+    // to replace: it is written in place. Renaming over it would put a regular file where
+    // the device was (as root, for every program on the machine).
+    if let Ok(meta) = std::fs::metadata(path) {
+        if meta.is_dir() {
+            return Err(io::Error::new(
+                io::ErrorKind::IsADirectory,
+                "the output path is a directory",
+            ));
+        }
+        if !meta.is_file() {
+            let mut w = BufWriter::new(OpenOptions::new().write(true).open(path)?);
+            fill(&mut w)?;
+            return w.flush();
+        }
+    }
     let (tmp, file) = create_temp(path)?;
     let result = (|| {
         let mut w = BufWriter::new(file);
@@ -60,6 +76,20 @@ fn create_temp(path: &Path) -> io::Result<(PathBuf, File)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_device_is_written_in_place_not_replaced() {
+        let null = Path::new("/dev/null");
+        if !null.exists() {
+            return;
+        }
+        write_bytes_atomic(null, b"discarded").expect("writes to the device");
+        let meta = std::fs::metadata(null).expect("still there");
+        assert!(!meta.is_file(), "/dev/null is still a device");
+        let dir = tempfile::tempdir().expect("dir");
+        let e = write_bytes_atomic(dir.path(), b"x").expect_err("a directory");
+        assert_eq!(e.kind(), io::ErrorKind::IsADirectory);
+    }
 
     #[test]
     fn a_failed_write_leaves_the_old_file_and_no_temporary() {
