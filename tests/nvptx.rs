@@ -117,9 +117,11 @@ fn unbound_function_is_a_single_thread_kernel() {
     assemble(&ptx, "unbound");
 }
 
+/// A loop bound to `threadIdx.x` inside one bound to it reads the same index (the threads
+/// cooperating on an attached stage); a wider inner one would never run its last iterations.
 #[test]
-fn axis_bound_twice_on_one_path_is_an_error() {
-    let d = dag("matmul:M=8,N=6,K=5");
+fn rebinding_an_axis_inside_itself_is_the_same_thread_and_may_not_widen() {
+    let d = dag("matmul:M=8,N=8,K=5");
     let mut f = lower(&State::new(&d)).expect("lowers");
     let names = loop_names(&f.body);
     let (outer, inner) = (names[0], names[1]);
@@ -130,20 +132,42 @@ fn axis_bound_twice_on_one_path_is_an_error() {
             (inner, ForKind::ThreadBound(ThreadAxis::ThreadX)),
         ],
     );
-    match launch_dims(&f) {
-        Err(LaunchError::AxisBoundTwice {
+    assert_eq!(
+        launch_dims(&f).map(|l| l.block),
+        Ok([8, 1, 1]),
+        "one register for both\n{f}"
+    );
+    assemble(
+        &emit_ptx(&f, ARCH).unwrap_or_else(|e| panic!("{e}\n{f}")),
+        "rebound",
+    );
+    let d = dag("matmul:M=4,N=8,K=5");
+    let mut g = lower(&State::new(&d)).expect("lowers");
+    let names = loop_names(&g.body);
+    let (outer, inner) = (names[0], names[1]);
+    g.body = rebind(
+        &g.body,
+        &[
+            (outer, ForKind::ThreadBound(ThreadAxis::ThreadX)),
+            (inner, ForKind::ThreadBound(ThreadAxis::ThreadX)),
+        ],
+    );
+    match launch_dims(&g) {
+        Err(LaunchError::RebindWider {
             axis,
             outer: o,
+            outer_extent: 4,
             inner: i,
+            inner_extent: 8,
         }) => {
             assert_eq!(axis, "threadIdx.x");
             assert_eq!((o.as_str(), i.as_str()), (outer, inner));
         }
-        r => panic!("{r:?}\n{f}"),
+        r => panic!("{r:?}\n{g}"),
     }
     assert!(
-        matches!(emit_ptx(&f, ARCH), Err(CodegenError::InvalidIr(_))),
-        "{f}"
+        matches!(emit_ptx(&g, ARCH), Err(CodegenError::InvalidIr(_))),
+        "{g}"
     );
 }
 

@@ -46,6 +46,7 @@ pub mod te;
 pub use dag::{ComputeDag, DagError};
 pub use expr::{BufId, Combiner, Const, DType, Expr, IterVar, TensorId, Var};
 pub mod eval;
+pub mod gpu;
 pub mod interp;
 pub mod lower;
 pub mod random;

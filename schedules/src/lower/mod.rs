@@ -20,7 +20,7 @@ pub mod bound;
 pub mod partition;
 
 use crate::expr::{BufId, Expr, IterVar, TensorId, Var};
-use crate::ir::{BufKind, BufferDecl, ForKind, LoweredFunc, Scope, Stmt};
+use crate::ir::{BufKind, BufferDecl, ForKind, LoweredFunc, Scope, Stmt, ThreadAxis};
 use crate::schedule::{derive_extents, root_values, IterId, IterKind, Location, State};
 use crate::simplify::Simplifier;
 use crate::te::OpKind;
@@ -126,6 +126,10 @@ struct Lowerer<'a> {
     regions: HashMap<TensorId, Vec<DimRegion>>,
     emitted: Vec<bool>,
     next_var: u32,
+    /// Variables and extents of the loops bound to a thread axis (`threadIdx.*`) around the
+    /// statement being emitted: a shared-memory stage attached inside them is computed by
+    /// the whole block, so its region spans every value they take.
+    thread_loops: Vec<(u32, i64)>,
 }
 
 impl<'a> Lowerer<'a> {
@@ -146,6 +150,7 @@ impl<'a> Lowerer<'a> {
             regions: HashMap::default(),
             emitted: vec![false; state.stages().len()],
             next_var: 0,
+            thread_loops: Vec::new(),
         }
     }
 
@@ -452,10 +457,20 @@ impl<'a> Lowerer<'a> {
                     });
                 }
             }
-            let inner: HashMap<u32, i64> = leaf_vars[lp + 1..]
+            let mut inner: HashMap<u32, i64> = leaf_vars[lp + 1..]
                 .iter()
                 .map(|(_, v)| (v.var.id, v.extent))
                 .collect();
+            if other.scope == Scope::Shared {
+                // One copy per block, filled by all its threads together: the region covers
+                // what every thread of the block reads, so the thread loops around the attach
+                // point (this stage's and the enclosing stages') range over their extents.
+                let own = leaf_vars[..=lp]
+                    .iter()
+                    .filter(|(l, _)| is_thread_bound(s.iter(*l).annotation))
+                    .map(|(_, v)| (v.var.id, v.extent));
+                inner.extend(self.thread_loops.iter().copied().chain(own));
+            }
             let mut accesses = Vec::new();
             body.visit(&mut |e| {
                 if let Expr::Load {
@@ -580,11 +595,46 @@ impl<'a> Lowerer<'a> {
                 .take()
                 .ok_or_else(|| LowerError::Verify("a stage's body was emitted twice".into()));
         }
+        let var = c.leaf_vars[q].1.var;
+        let extent = c.leaf_vars[q].1.extent;
+        let thread_bound = matches!(
+            c.kinds[q],
+            ForKind::ThreadBound(ThreadAxis::ThreadX | ThreadAxis::ThreadY | ThreadAxis::ThreadZ)
+        );
+        if thread_bound {
+            self.thread_loops.push((var.id, extent));
+        }
+        let body = self.loop_body(c, q, main);
+        if thread_bound {
+            self.thread_loops.pop();
+        }
+        Ok(Stmt::For {
+            var,
+            extent,
+            kind: c.kinds[q],
+            body: Box::new(body?),
+        })
+    }
+
+    /// The body of loop `q` of a nest: the stages attached to it, then the loops inside. The
+    /// block's threads fill a shared-memory stage together, so it is fenced by barriers: one
+    /// before, so that no thread overwrites what another still reads from the previous
+    /// iteration, and one after, so that every thread sees the whole of it.
+    fn loop_body(&mut self, c: &mut NestCtx, q: usize, main: bool) -> Result<Stmt, LowerError> {
         let mut inner = vec![];
         let mut allocs = vec![];
+        let shared = c.attached[q]
+            .iter()
+            .any(|&a| self.state.stages()[a].scope == Scope::Shared);
+        if shared {
+            inner.push(Stmt::Sync);
+        }
         for &a in &c.attached[q] {
             inner.push(self.emit_stage(a)?);
             allocs.push(self.buf_of[&self.state.stages()[a].tensor]);
+        }
+        if shared {
+            inner.push(Stmt::Sync);
         }
         inner.push(self.nest(c, q + 1, main)?);
         let mut body = Stmt::seq(inner);
@@ -594,12 +644,7 @@ impl<'a> Lowerer<'a> {
                 body: Box::new(body),
             };
         }
-        Ok(Stmt::For {
-            var: c.leaf_vars[q].1.var,
-            extent: c.leaf_vars[q].1.extent,
-            kind: c.kinds[q],
-            body: Box::new(body),
-        })
+        Ok(body)
     }
 }
 
@@ -665,6 +710,16 @@ struct NestCtx<'a> {
     init: Option<Stmt>,
     update: Option<Stmt>,
     is_reduce: &'a Vec<bool>,
+}
+
+/// True for a loop bound to a thread (not block, not virtual thread) axis.
+fn is_thread_bound(a: Option<Annotation>) -> bool {
+    matches!(
+        a,
+        Some(Annotation::Bind(
+            ThreadAxis::ThreadX | ThreadAxis::ThreadY | ThreadAxis::ThreadZ
+        ))
+    )
 }
 
 /// `dims` (a tensor's extents, in its own order) in storage order `order`.

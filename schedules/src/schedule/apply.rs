@@ -553,6 +553,28 @@ impl State {
                 return Err(bad("the lane limit must be 2 to 64"));
             }
         }
+        if let Annotation::Bind(axis) = ann {
+            // A block or thread index is one value per thread: two loops of one nest bound to
+            // it would be forced equal. (A stage attached inside may bind it again: there it
+            // means the same thread, see `gpu`.)
+            if axis != crate::ir::ThreadAxis::VThread {
+                if let Some(other) = s
+                    .leaves
+                    .iter()
+                    .find(|&&l| l != id && s.iter(l).annotation == Some(Annotation::Bind(axis)))
+                {
+                    return Err(E::AxisBoundTwice {
+                        stage: s.name().to_string(),
+                        loops: format!(
+                            "loop `{}` (bound already) and loop `{}`",
+                            s.iter(*other).name,
+                            it.name
+                        ),
+                        axis: axis.name(),
+                    });
+                }
+            }
+        }
         if matches!(ann, Annotation::Vectorize | Annotation::VectorizeUpTo(_)) {
             // The nominal extent only bounds a plain `vectorize`: a stage computed inside
             // another's loops takes its extents from bound inference, which the limit of

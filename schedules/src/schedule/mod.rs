@@ -279,6 +279,17 @@ pub enum ScheduleError {
         /// Loops present.
         count: usize,
     },
+    /// A second loop of one nest bound to a block or thread axis: both would be the one
+    /// index.
+    #[error("stage `{stage}`: cannot bind {loops}: both to {axis}")]
+    AxisBoundTwice {
+        /// The stage.
+        stage: String,
+        /// The two loops, e.g. "`j` (bound already) and `i`".
+        loops: String,
+        /// The CUDA name of the axis.
+        axis: &'static str,
+    },
     /// A loop that cannot take an annotation.
     #[error("stage `{stage}`, loop `{iter}`: cannot {what}: {why}")]
     BadAnnotation {
