@@ -354,9 +354,12 @@ pub struct CacheSizes {
     pub l3: Option<u64>,
 }
 
-/// An NVIDIA GPU as the search sees it (filled by the CUDA backend from the device).
+/// An NVIDIA GPU as the search sees it: filled by the CUDA backend from the device where
+/// there is one, else taken from the table of known architectures ([`CudaDesc::for_arch`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CudaDesc {
+    /// The compute capability it describes, e.g. `sm_90` (what errors name).
+    pub arch: String,
     /// Threads that execute in lockstep (32 on every NVIDIA GPU so far).
     pub warp_size: u32,
     /// Most threads in one block.
@@ -367,6 +370,71 @@ pub struct CudaDesc {
     pub registers_per_thread: u32,
     /// Streaming multiprocessors.
     pub multiprocessors: u32,
+    /// Level-2 cache, in bytes, shared by every multiprocessor: what a tile that should stay
+    /// on chip between blocks is weighed against.
+    pub l2_bytes: u64,
+}
+
+/// Static shared memory one block may declare on every architecture of the table: 48 KiB.
+/// Larger amounts exist only as dynamic shared memory a kernel opts in to at launch
+/// (`cudaFuncAttributeMaxDynamicSharedMemorySize`): up to 163 KiB on sm_80, 99 KiB on sm_86
+/// and sm_89, 227 KiB on sm_90. The kernels made here declare theirs statically, so the
+/// static limit is the one that holds.
+pub const STATIC_SHARED_PER_BLOCK: u64 = 48 * 1024;
+
+/// The known architectures, with the multiprocessors and L2 of the part each row stands for
+/// (one architecture spans parts of different sizes; the search's estimates need only one).
+const ARCHS: &[(&str, u32, u64)] = &[
+    // A100 (SXM4 and PCIe, 40 or 80 GB alike): 108 SMs, 40 MiB L2.
+    ("sm_80", 108, 40 << 20),
+    // A10 (the data-center Ampere part; RTX 30 cards have 28 to 84 SMs): 72 SMs, 6 MiB L2.
+    ("sm_86", 72, 6 << 20),
+    // L4 (Ada; RTX 40 cards have 24 to 128 SMs): 58 SMs, 48 MiB L2.
+    ("sm_89", 58, 48 << 20),
+    // H100 SXM5, which H200 shares: 132 SMs, 50 MiB L2 (H100 PCIe has 114 SMs).
+    ("sm_90", 132, 50 << 20),
+];
+
+impl CudaDesc {
+    /// The description of a known architecture (`sm_90`; `sm_90a`, the same chip with its
+    /// architecture-specific instructions, reads the row of `sm_90`), or `None` for one not
+    /// in the table (see [`CudaDesc::known_archs`]). The per-block limits are those every
+    /// part of the architecture shares: warps of 32, 1024 threads a block, 48 KiB of static
+    /// shared memory ([`STATIC_SHARED_PER_BLOCK`]), 255 registers a thread.
+    pub fn for_arch(arch: &str) -> Option<CudaDesc> {
+        let base = arch.strip_suffix('a').unwrap_or(arch);
+        let &(_, multiprocessors, l2_bytes) = ARCHS.iter().find(|(name, ..)| *name == base)?;
+        Some(CudaDesc {
+            arch: arch.to_string(),
+            warp_size: 32,
+            max_threads_per_block: 1024,
+            shared_memory_per_block: STATIC_SHARED_PER_BLOCK,
+            // 255, not 256: the last of the 256 register numbers an instruction encodes is the
+            // constant zero register.
+            registers_per_thread: 255,
+            multiprocessors,
+            l2_bytes,
+        })
+    }
+
+    /// The architectures [`CudaDesc::for_arch`] knows, oldest first.
+    pub fn known_archs() -> &'static [&'static str] {
+        const NAMES: &[&str] = &["sm_80", "sm_86", "sm_89", "sm_90"];
+        NAMES
+    }
+}
+
+impl CudaKey {
+    /// The architecture of a GPU whose key names none, when no device is present to ask:
+    /// `sm_90`. Where a device is present the backend uses the device's own compute
+    /// capability instead, so this is only what code is generated and checked for offline.
+    pub const DEFAULT_ARCH: &'static str = "sm_90";
+
+    /// The key's `-arch=`, else [`CudaKey::DEFAULT_ARCH`] (the device's own architecture is
+    /// used instead of this default when a device is present).
+    pub fn arch_or_default(&self) -> &str {
+        self.arch.as_deref().unwrap_or(Self::DEFAULT_ARCH)
+    }
 }
 
 impl TargetDesc {
@@ -457,6 +525,43 @@ mod tests {
             let e = text.parse::<TargetKey>().expect_err(text).to_string();
             assert!(e.contains(want), "{text}: {e}");
         }
+    }
+
+    #[test]
+    fn known_archs_have_descriptions_and_unknown_ones_none() {
+        for &arch in CudaDesc::known_archs() {
+            let d = CudaDesc::for_arch(arch).unwrap_or_else(|| panic!("{arch} is listed"));
+            assert_eq!(d.arch, arch);
+            assert_eq!(
+                (
+                    d.warp_size,
+                    d.max_threads_per_block,
+                    d.shared_memory_per_block,
+                    d.registers_per_thread
+                ),
+                (32, 1024, 48 * 1024, 255),
+                "{arch}"
+            );
+        }
+        assert_eq!(CudaDesc::known_archs().len(), ARCHS.len(), "one list");
+        let sms_l2 = |a: &str| CudaDesc::for_arch(a).map(|d| (d.multiprocessors, d.l2_bytes));
+        assert_eq!(sms_l2("sm_80"), Some((108, 40 << 20)));
+        assert_eq!(sms_l2("sm_86"), Some((72, 6 << 20)));
+        assert_eq!(sms_l2("sm_89"), Some((58, 48 << 20)));
+        assert_eq!(sms_l2("sm_90"), Some((132, 50 << 20)));
+        let a = CudaDesc::for_arch("sm_90a").expect("sm_90a reads sm_90's row");
+        assert_eq!((a.arch.as_str(), a.multiprocessors), ("sm_90a", 132));
+        for unknown in ["sm_70", "sm_100", "sm_", "", "sm_90aa", "gfx90a", "SM_90"] {
+            assert_eq!(CudaDesc::for_arch(unknown), None, "{unknown}");
+        }
+        // The key's architecture, or the default where it names none.
+        let key = |t: &str| match t.parse::<TargetKey>() {
+            Ok(TargetKey::Cuda(k)) => k,
+            r => panic!("{t}: {r:?}"),
+        };
+        assert_eq!(key("cuda").arch_or_default(), "sm_90");
+        assert_eq!(key("cuda -arch=sm_86").arch_or_default(), "sm_86");
+        assert!(CudaDesc::for_arch(key("cuda").arch_or_default()).is_some());
     }
 
     #[test]
