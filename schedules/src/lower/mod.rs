@@ -482,8 +482,17 @@ impl<'a> Lowerer<'a> {
                     }
                 }
             });
+            let under_threads = !self.thread_loops.is_empty()
+                || leaf_vars[..=lp]
+                    .iter()
+                    .any(|(l, _)| is_thread_bound(s.iter(*l).annotation));
             let reg = infer_region(&other.op.shape, &accesses, &inner);
             let b = &mut self.bufs[self.buf_of[&other.tensor].0 as usize];
+            if under_threads && b.scope == Scope::Global {
+                // A global temporary computed inside a thread's loops is that thread's own:
+                // its storage is too (a kernel cannot allocate device memory per thread).
+                b.scope = Scope::Local;
+            }
             let extents: Vec<i64> = reg.iter().map(|r| r.extent).collect();
             b.shape = in_storage_order(&extents, other.storage_order.as_deref());
             pad_rows(b);

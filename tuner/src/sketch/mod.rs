@@ -111,6 +111,16 @@ pub enum SketchStep {
         /// The parallel hole.
         hole: usize,
     },
+    /// The block's threads fetch the stage (a shared-memory copy) together: its loops fused
+    /// and split by the thread count, the product of the first factor of each of
+    /// `thread_holes` (the thread level of the consumer's tiles), the inner loop bound to
+    /// `threadIdx.x`.
+    CooperativeFetch {
+        /// The copy's tensor.
+        tensor: TensorId,
+        /// The tile holes whose first factors multiply to the block's threads.
+        thread_holes: Vec<usize>,
+    },
     /// `auto_unroll_max_step` on the stage's outermost loop, from an unroll hole.
     AutoUnroll {
         /// The stage's tensor.
@@ -238,6 +248,16 @@ fn apply_step(
         SketchStep::ParallelOuter { tensor, hole } => {
             parallel_outer(s, *tensor, decisions[*hole][0].max(0) as usize)
         }
+        SketchStep::CooperativeFetch {
+            tensor,
+            thread_holes,
+        } => {
+            let threads: i64 = thread_holes
+                .iter()
+                .map(|&h| decisions[h].first().copied().unwrap_or(1).max(1))
+                .product();
+            cooperative_fetch(s, *tensor, threads)
+        }
         SketchStep::AutoUnroll { tensor, hole } => {
             let m = decisions[*hole][0].max(0) as u32;
             match s.position_of(*tensor) {
@@ -250,6 +270,35 @@ fn apply_step(
             }
         }
     }
+}
+
+/// Fuses the stage's loops, splits the fused loop by `threads` and binds the inner part to
+/// `threadIdx.x`.
+fn cooperative_fetch(s: &mut State, tensor: TensorId, threads: i64) -> Result<(), ScheduleError> {
+    let Some(p) = s.position_of(tensor) else {
+        return Ok(());
+    };
+    let n = s.stage(p).map_or(0, |st| st.leaves.len());
+    let stage = p as u32;
+    if n == 0 {
+        return Ok(());
+    }
+    if n > 1 {
+        s.apply_in_place(&Step::Fuse {
+            stage,
+            iters: (0..n as u32).collect(),
+        })?;
+    }
+    s.apply_in_place(&Step::Split {
+        stage,
+        iter: 0,
+        factors: vec![threads],
+    })?;
+    s.apply_in_place(&Step::Annotate {
+        stage,
+        iter: 1,
+        annotation: Annotation::Bind(tensortune_schedules::ir::ThreadAxis::ThreadX),
+    })
 }
 
 /// Vectorizes the stage's innermost loop if it is spatial with 2 to `max_lanes` iterations.

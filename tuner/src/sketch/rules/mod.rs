@@ -25,12 +25,14 @@
 //! `auto_unroll_max_step`. Vector lanes come from the [`TargetDesc`], per dtype.
 
 mod builder;
+mod gpu;
 mod inline;
 mod multi_level_tiling;
 mod plain;
 mod rfactor;
 
 pub use builder::SketchBuilder;
+pub use gpu::{AutoBind, GpuInline, GpuTiling, GPU_UNROLL_STEPS};
 pub use inline::AlwaysInline;
 pub use multi_level_tiling::{MultiLevelTiling, StructureError};
 pub use plain::Plain;
@@ -126,6 +128,11 @@ pub fn cpu_rules() -> Vec<Box<dyn SketchRule>> {
         Box::new(Plain),
         Box::new(Rfactor),
     ]
+}
+
+/// The GPU's rules, in the order they are asked (see [`GpuTiling`] and the others' docs).
+pub fn gpu_rules() -> Vec<Box<dyn SketchRule>> {
+    vec![Box::new(GpuInline), Box::new(GpuTiling), Box::new(AutoBind)]
 }
 
 /// The sketches of `dag` on the CPU the search assumes when given no target: 512-bit vectors

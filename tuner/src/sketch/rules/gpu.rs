@@ -1,0 +1,290 @@
+//! The GPU's rules ([`gpu_rules`](super::gpu_rules)): every stage's loops end up bound to
+//! blocks and threads, or computed inside a thread's loops.
+//!
+//! - [`GpuInline`]: an injective stage that is not an output is inlined (on a GPU a root
+//!   padding copy would be a second loop nest that other blocks read: a race);
+//! - [`GpuTiling`]: a reduction with data reuse (matmul, batch matmul, dense, conv2d) is
+//!   tiled in three spatial levels and two reduce levels. The outer stage (the fused
+//!   elementwise consumer, or a copy-out stage after a local cache write) takes the spatial
+//!   levels: the outermost of every axis fused and bound to `blockIdx.x`, the next fused and
+//!   bound to `threadIdx.x`, the last the tile of outputs one thread computes. The
+//!   accumulator is computed inside the thread loop, its reduction split into steps; each
+//!   input it reads is staged through shared memory at the last outer reduce loop (one step
+//!   of the reduction for the whole block), fetched by all the block's threads together: the
+//!   copy's loops fused and split by the thread count ([`SketchStep::CooperativeFetch`]).
+//!   Virtual threads (Ansor's third spatial level) are not used yet.
+//! - [`AutoBind`]: any other stage: computed inside its single consumer's thread loop when it
+//!   has one, else its spatial loops fused, split by a thread count and bound to
+//!   `blockIdx.x` / `threadIdx.x`; its reduction (if any) runs serially in each thread.
+//!
+//! Not covered yet: a stage read by several stages that is not an output (softmax's row
+//! maximum): it would be a second root loop nest, whose results other blocks read in the
+//! same launch. Such a DAG gets no GPU sketch from these rules (see [`AutoBind::applies`]).
+
+use super::{Applies, RuleContext, RuleError, SketchBuilder, SketchRule, Variant};
+use crate::sketch::{ChoiceKind, SketchStep};
+use tensortune_schedules::ir::{Scope, ThreadAxis};
+use tensortune_schedules::schedule::IterKind;
+use tensortune_schedules::te::OpKind;
+use tensortune_schedules::trace::{Annotation, Step};
+use tensortune_schedules::TensorId;
+
+/// `auto_unroll_max_step` values searched on the GPU (MetaSchedule's CUDA defaults).
+pub const GPU_UNROLL_STEPS: [i64; 5] = [0, 16, 64, 512, 1024];
+
+/// Most threads a rule puts in one block.
+pub const MAX_THREADS: i64 = 1024;
+
+/// Inlines injective stages that are not outputs.
+pub struct GpuInline;
+
+impl SketchRule for GpuInline {
+    fn name(&self) -> &str {
+        "gpu-inline"
+    }
+
+    fn applies(&self, cx: &RuleContext, t: TensorId) -> Applies {
+        if super::inlinable(cx.dag, t) {
+            Applies::AndSkipRest
+        } else {
+            Applies::No
+        }
+    }
+
+    fn apply(&self, _cx: &RuleContext, b: &SketchBuilder, t: TensorId) -> Vec<Variant> {
+        let mut nb = b.clone();
+        let r = nb
+            .pos(t)
+            .and_then(|p| nb.fixed(Step::ComputeInline { stage: p }))
+            .map(|()| nb);
+        vec![("inline".to_string(), r)]
+    }
+}
+
+/// Multi-level tiling for the GPU (see the module doc).
+pub struct GpuTiling;
+
+impl SketchRule for GpuTiling {
+    fn name(&self) -> &str {
+        "gpu-tiling"
+    }
+
+    fn applies(&self, cx: &RuleContext, t: TensorId) -> Applies {
+        if cx.dag.info(t).combiner.is_some() && super::has_data_reuse(cx.dag, t) {
+            Applies::AndSkipRest
+        } else {
+            Applies::No
+        }
+    }
+
+    fn apply(&self, cx: &RuleContext, b: &SketchBuilder, t: TensorId) -> Vec<Variant> {
+        let fused = cx.fused_consumer(t);
+        let name = if fused.is_some() {
+            "gpu-tile+fuse"
+        } else {
+            "gpu-tile"
+        };
+        vec![(name.to_string(), gpu_tile(cx, b, t, fused))]
+    }
+}
+
+fn gpu_tile(
+    cx: &RuleContext,
+    b: &SketchBuilder,
+    t: TensorId,
+    consumer: Option<TensorId>,
+) -> Result<SketchBuilder, RuleError> {
+    let mut b = b.clone();
+    let (ct, ot) = match consumer {
+        Some(c) => (t, c),
+        None => {
+            let p = b.pos(t)?;
+            b.fixed(Step::CacheWrite {
+                stage: p,
+                scope: Scope::Local,
+            })?;
+            (b.tensor(p)?, b.tensor(p + 1)?)
+        }
+    };
+    // Inputs read by the accumulator, each through a shared copy where the schedule allows
+    // one (a read through an inlined stage does not: the copy would need the inlined
+    // stage's reader).
+    let mut read: Vec<TensorId> = Vec::new();
+    if let OpKind::Compute { body, .. } = &cx.dag.op(t).kind {
+        body.visit(&mut |e| {
+            if let tensortune_schedules::Expr::Load { tensor, .. } = e {
+                if !read.contains(tensor) {
+                    read.push(*tensor);
+                }
+            }
+        });
+    }
+    let mut shared = Vec::new();
+    for x in read {
+        let mut trial = b.clone();
+        let step = trial.pos(x).and_then(|xp| {
+            let readers = vec![trial.pos(ct)?];
+            trial.fixed(Step::CacheRead {
+                stage: xp,
+                scope: Scope::Shared,
+                readers,
+            })?;
+            trial.tensor(xp + 1)
+        });
+        if let Ok(copy) = step {
+            b = trial;
+            shared.push(copy);
+        }
+    }
+    // The outer stage: i j -> i.0 i.1 i.2 j.0 j.1 j.2 -> i.0 j.0 i.1 j.1 i.2 j.2, then the
+    // first level fused to blocks and the second to threads.
+    let outer = b.pos(ot)?;
+    let ns = cx.dag.op(t).shape.len();
+    let mut holes = vec![0; ns];
+    for a in (0..ns).rev() {
+        holes[a] = b.split(outer, a as u32, 3, None)?;
+    }
+    let order = (0..3)
+        .flat_map(|l| (0..ns).map(move |a| (3 * a + l) as u32))
+        .collect();
+    b.fixed(Step::Reorder {
+        stage: outer,
+        order,
+    })?;
+    if ns > 1 {
+        b.fixed(Step::Fuse {
+            stage: outer,
+            iters: (0..ns as u32).collect(),
+        })?;
+        b.fixed(Step::Fuse {
+            stage: outer,
+            iters: (1..=ns as u32).collect(),
+        })?;
+    }
+    for (iter, axis) in [(0, ThreadAxis::BlockX), (1, ThreadAxis::ThreadX)] {
+        b.fixed(Step::Annotate {
+            stage: outer,
+            iter,
+            annotation: Annotation::Bind(axis),
+        })?;
+    }
+    let compute = b.pos(ct)?;
+    b.fixed(Step::ComputeAt {
+        stage: compute,
+        target: outer,
+        iter: 1,
+    })?;
+    // The accumulator: its region's ns loops, then the reduce axes, each split in two and
+    // the outer halves first: r.0 ... r.1 ... spatial.
+    let nr = cx.dag.info(t).reduce_axes.len();
+    for r in (0..nr).rev() {
+        b.split(compute, (ns + r) as u32, 2, None)?;
+    }
+    let order = (0..nr)
+        .map(|r| (ns + 2 * r) as u32)
+        .chain((0..nr).map(|r| (ns + 2 * r + 1) as u32))
+        .chain(0..ns as u32)
+        .collect();
+    b.fixed(Step::Reorder {
+        stage: compute,
+        order,
+    })?;
+    for copy in shared {
+        let p = b.pos(copy)?;
+        let target = b.pos(ct)?;
+        b.fixed(Step::ComputeAt {
+            stage: p,
+            target,
+            iter: nr.saturating_sub(1) as u32,
+        })?;
+        b.defer(SketchStep::CooperativeFetch {
+            tensor: copy,
+            thread_holes: holes.clone(),
+        });
+    }
+    unroll(&mut b, ct);
+    Ok(b)
+}
+
+/// An unroll hole over [`GPU_UNROLL_STEPS`] on the stage of `tensor`.
+fn unroll(b: &mut SketchBuilder, tensor: TensorId) {
+    let hole = b.choice(GPU_UNROLL_STEPS.to_vec(), ChoiceKind::Unroll);
+    b.defer(SketchStep::AutoUnroll { tensor, hole });
+}
+
+/// Binds a stage's spatial loops to blocks and threads, or computes it in its consumer's
+/// thread (see the module doc).
+pub struct AutoBind;
+
+impl SketchRule for AutoBind {
+    fn name(&self) -> &str {
+        "auto-bind"
+    }
+
+    /// Every stage that is an output or has one reader.
+    fn applies(&self, cx: &RuleContext, t: TensorId) -> Applies {
+        let info = cx.dag.info(t);
+        if cx.dag.outputs().contains(&t) || info.consumers.len() == 1 {
+            Applies::AndSkipRest
+        } else {
+            Applies::No
+        }
+    }
+
+    fn apply(&self, _cx: &RuleContext, b: &SketchBuilder, t: TensorId) -> Vec<Variant> {
+        vec![("bind".to_string(), auto_bind(b, t))]
+    }
+}
+
+fn auto_bind(b: &SketchBuilder, t: TensorId) -> Result<SketchBuilder, RuleError> {
+    let mut b = b.clone();
+    let p = b.pos(t)?;
+    // Inside the single consumer's thread loop, where it has one.
+    if let [c] = b.state.effective_consumers(t).as_slice() {
+        let cp = b.pos(*c)?;
+        let cst = b.state.stage(cp as usize).ok_or(RuleError::NoStage(cp))?;
+        let at = cst
+            .leaves
+            .iter()
+            .position(|&l| cst.iter(l).annotation == Some(Annotation::Bind(ThreadAxis::ThreadX)));
+        if let Some(at) = at {
+            b.fixed(Step::ComputeAt {
+                stage: p,
+                target: cp,
+                iter: at as u32,
+            })?;
+            unroll(&mut b, t);
+            return Ok(b);
+        }
+        if !b.state.is_output(t) {
+            return Err(RuleError::NoStage(cp));
+        }
+    }
+    let st = b.state.stage(p as usize).ok_or(RuleError::NoStage(p))?;
+    let spatial = st
+        .leaves
+        .iter()
+        .take_while(|&&l| st.iter(l).kind == IterKind::Spatial)
+        .count();
+    if spatial == 0 {
+        // A reduction to one value: spreading it needs a cross-thread reduction (not built
+        // yet); unbound, it stays a one-thread kernel.
+        return Err(RuleError::NoLoop { stage: p, iter: 0 });
+    }
+    if spatial > 1 {
+        b.fixed(Step::Fuse {
+            stage: p,
+            iters: (0..spatial as u32).collect(),
+        })?;
+    }
+    b.split(p, 0, 2, Some(MAX_THREADS))?;
+    for (iter, axis) in [(0, ThreadAxis::BlockX), (1, ThreadAxis::ThreadX)] {
+        b.fixed(Step::Annotate {
+            stage: p,
+            iter,
+            annotation: Annotation::Bind(axis),
+        })?;
+    }
+    unroll(&mut b, t);
+    Ok(b)
+}

@@ -1,0 +1,110 @@
+//! The GPU's sketch rules: every op of the library (but softmax, see the rules' module doc)
+//! gets sketches whose random instances bind blocks and threads, pass the GPU verifier, and
+//! compute what the direct evaluator computes under the loop-IR interpreter.
+
+use rand::rngs::ChaCha8Rng;
+use rand::SeedableRng;
+use tensortune_schedules::data::NdData;
+use tensortune_schedules::gpu::verify::verify_gpu;
+use tensortune_schedules::ir::{LoweredFunc, Scope, Stmt};
+use tensortune_schedules::lower::lower;
+use tensortune_schedules::ops::WorkloadSpec;
+use tensortune_schedules::target::{CudaDesc, TargetDesc};
+use tensortune_schedules::{eval, interp, ComputeDag};
+use tensortune_tuner::sketch::rules::{generate_for, gpu_rules};
+use tensortune_tuner::sketch::sample::sample;
+use tensortune_tuner::TuneOptions;
+
+/// Small, odd shapes of every op the GPU rules cover.
+pub const SPECS: [&str; 6] = [
+    "matmul:M=24,N=20,K=12",
+    "batch_matmul:B=2,M=12,N=10,K=6",
+    "dense_bias_relu:M=12,N=20,K=9",
+    "conv2d:N=1,C=3,H=7,W=7,K=4,R=3,S=3,stride=1,pad=1",
+    "depthwise_conv2d:N=1,C=4,H=7,W=7,R=3,S=3,stride=1,pad=1",
+    "reduce_sum:M=10,N=14",
+];
+
+fn dag(spec: &str) -> ComputeDag {
+    WorkloadSpec::parse(spec)
+        .unwrap_or_else(|e| panic!("{spec}: {e}"))
+        .build()
+        .unwrap_or_else(|e| panic!("{spec}: {e}"))
+}
+
+fn sm90() -> TargetDesc {
+    TargetDesc::Cuda(CudaDesc::for_arch("sm_90").expect("sm_90 is known"))
+}
+
+fn inputs(d: &ComputeDag) -> Vec<NdData> {
+    d.inputs()
+        .iter()
+        .enumerate()
+        .map(|(i, &t)| NdData::random(&d.op(t).shape, d.op(t).dtype, 5 + i as u64).expect("data"))
+        .collect()
+}
+
+/// Number of `Sync` statements.
+fn syncs(f: &LoweredFunc) -> usize {
+    let mut n = 0;
+    f.body.visit(&mut |s| n += matches!(s, Stmt::Sync) as usize);
+    n
+}
+
+#[test]
+fn every_covered_op_gets_gpu_sketches_that_verify_and_compute_the_op() {
+    let opts = TuneOptions::default();
+    let target = sm90();
+    let Some(desc) = (match &target {
+        TargetDesc::Cuda(d) => Some(d.clone()),
+        _ => None,
+    }) else {
+        unreachable!("a cuda desc")
+    };
+    for spec in SPECS {
+        let d = dag(spec);
+        let sketches = generate_for(&d, &opts, &target, &gpu_rules());
+        assert!(!sketches.is_empty(), "{spec}: no GPU sketch");
+        let ins = inputs(&d);
+        let want = eval::evaluate(&d, &ins).expect("evaluate");
+        let mut rng = ChaCha8Rng::seed_from_u64(7);
+        let (mut passed, mut shared_seen) = (0, false);
+        for sk in &sketches {
+            for _ in 0..12 {
+                let dec = sample(sk, &mut rng, &opts);
+                let s = sk
+                    .instantiate(&d, &dec)
+                    .unwrap_or_else(|e| panic!("{spec} {}: {e}", sk.name));
+                let f = lower(&s).unwrap_or_else(|e| panic!("{spec}: {e}\n{s}"));
+                let usage = match verify_gpu(&f, &desc) {
+                    Ok(u) => u,
+                    // Too many threads for a block is a draw the search drops cheaply.
+                    Err(e) if e.to_string().contains("threads") => continue,
+                    Err(e) => panic!("{spec} {}: {e}\n{f}", sk.name),
+                };
+                assert!(usage.launch.threads_per_block() >= 1);
+                if f.buffers.iter().any(|b| b.scope == Scope::Shared) {
+                    shared_seen = true;
+                    assert!(syncs(&f) >= 2, "{spec}: shared without barriers\n{f}");
+                }
+                let got = interp::run(&f, &ins).unwrap_or_else(|e| panic!("{spec}: {e}\n{f}"));
+                for (w, g) in want.iter().zip(&got) {
+                    let diff = g.max_rel_diff(w).expect("same shape");
+                    assert!(diff < 1e-4, "{spec}: differs by {diff}\n{}\n{f}", s.trace());
+                }
+                passed += 1;
+            }
+        }
+        assert!(passed >= 3, "{spec}: only {passed} instances verified");
+        if spec != "reduce_sum:M=10,N=14" {
+            assert!(
+                shared_seen,
+                "{spec}: no sketch stages an input in shared memory"
+            );
+        }
+        eprintln!(
+            "{spec}: {} sketches, {passed} instances checked",
+            sketches.len()
+        );
+    }
+}
