@@ -364,3 +364,76 @@ fn over_the_static_limit_both_refuse() {
         String::from_utf8_lossy(&out.stderr).trim()
     );
 }
+
+/// Sampled candidates of the GPU sketch rules, every op they cover, at shapes where blocks
+/// hold many threads: each assembles, with the shared memory the verifier computed and
+/// registers within the limit. `TENSORTUNE_PTXAS_SAMPLES` sets the draws per op (default 40;
+/// the 200 take about five times as long).
+#[test]
+fn sampled_gpu_candidates_of_every_op_assemble_as_verified() {
+    use rand::SeedableRng;
+    use tensortune_schedules::target::TargetDesc;
+    use tensortune_tuner::sketch::rules::{generate_for, gpu_rules};
+    use tensortune_tuner::sketch::sample::sample;
+    use tensortune_tuner::TuneOptions;
+    let Some(ptxas) = find_ptxas() else {
+        eprintln!("skipped: no ptxas (install the nvidia-cuda-nvcc-cu12 wheel or set PTXAS)");
+        return;
+    };
+    let draws: usize = std::env::var("TENSORTUNE_PTXAS_SAMPLES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(40);
+    let desc = desc();
+    let target = TargetDesc::Cuda(desc.clone());
+    let opts = TuneOptions::default();
+    for spec in [
+        "matmul:M=128,N=96,K=64",
+        "batch_matmul:B=2,M=64,N=48,K=32",
+        "dense_bias_relu:M=64,N=80,K=48",
+        "conv2d:N=1,C=16,H=14,W=14,K=32,R=3,S=3,stride=1,pad=1",
+        "depthwise_conv2d:N=1,C=32,H=14,W=14,R=3,S=3,stride=1,pad=1",
+        "reduce_sum:M=128,N=96",
+    ] {
+        let d = step(step(WorkloadSpec::parse(spec), spec).build(), spec);
+        let sketches = generate_for(&d, &opts, &target, &gpu_rules());
+        assert!(!sketches.is_empty(), "{spec}: no GPU sketch");
+        let mut rng = rand::rngs::ChaCha8Rng::seed_from_u64(11);
+        let (mut assembled, mut refused) = (0, 0);
+        for n in 0..draws {
+            let sk = &sketches[n % sketches.len()];
+            let dec = sample(sk, &mut rng, &opts);
+            let s = step(sk.instantiate(&d, &dec), spec);
+            let f = step(lower(&s), spec);
+            let usage = match verify_gpu(&f, &desc) {
+                Ok(u) => u,
+                Err(_) => {
+                    // Over the thread or shared-memory limit: the cheap error record.
+                    refused += 1;
+                    continue;
+                }
+            };
+            let ptx = step(emit_ptx(&f, ARCH), spec);
+            let info = ptxas_info(&ptxas, &ptx, "candidate");
+            if info.smem != usage.shared_bytes {
+                for l in ptx.lines().filter(|l| l.contains(".shared")) {
+                    eprintln!("{l}");
+                }
+            }
+            assert_eq!(
+                info.smem, usage.shared_bytes,
+                "{spec}: ptxas and the verifier disagree on shared memory\n{f}"
+            );
+            assert!(
+                info.registers <= desc.registers_per_thread,
+                "{spec}: {info:?}"
+            );
+            assembled += 1;
+        }
+        eprintln!("{spec}: {assembled} assembled, {refused} refused by the verifier");
+        assert!(
+            assembled * 2 >= draws,
+            "{spec}: only {assembled} of {draws} candidates verify"
+        );
+    }
+}

@@ -166,6 +166,10 @@ struct PtxGen<'ctx, 'f> {
     vars: Vec<Option<IntValue<'ctx>>>,
     /// Block and thread loops around the statement being emitted.
     bound_depth: u32,
+    /// The module-level array of each shared or global temporary, by `BufId`, made at its
+    /// first `Allocate`: a loop unrolled here emits that `Allocate` once per copy, and each
+    /// copy must be the same memory (the IR has one such buffer, not one per iteration).
+    statics: Vec<Option<PointerValue<'ctx>>>,
 }
 
 fn emit_kernel<'ctx>(
@@ -228,6 +232,7 @@ fn emit_kernel<'ctx>(
         bufs,
         vars: vec![None; func.num_vars as usize],
         bound_depth: 0,
+        statics: vec![None; func.buffers.len()],
     };
     g.stmt(&func.body)?;
     g.b.build_return(None)?;
@@ -431,10 +436,12 @@ impl<'ctx> PtxGen<'ctx, '_> {
                 }
                 at.build_alloca(arr, &decl.name)?
             }
-            Scope::Shared => self.static_array(arr, 3, &format!("{}_shared{}", decl.name, buf.0)),
+            Scope::Shared => {
+                self.static_array(buf, arr, 3, &format!("{}_shared{}", decl.name, buf.0))
+            }
             // One buffer for the whole launch, as the IR means it: static device memory.
             Scope::Global if self.bound_depth == 0 => {
-                self.static_array(arr, 1, &format!("{}_global{}", decl.name, buf.0))
+                self.static_array(buf, arr, 1, &format!("{}_global{}", decl.name, buf.0))
             }
             Scope::Global => {
                 return Err(CodegenError::Unsupported(format!(
@@ -462,20 +469,37 @@ impl<'ctx> PtxGen<'ctx, '_> {
     }
 
     /// A module-level array in address space `space` (1: global, 3: shared), uninitialized
-    /// as temporaries are.
+    /// as temporaries are. External, not internal: LLVM's global optimizer splits an
+    /// internal array whose every access has a constant index into scalars, each aligned
+    /// on its own (a 12-float shared array took 84 bytes more than its size), and the GPU
+    /// verifier's shared-memory figure would no longer be what the kernel uses. The module
+    /// holds one kernel, so the names cannot clash.
     fn static_array(
-        &self,
+        &mut self,
+        buf: BufId,
         arr: inkwell::types::ArrayType<'ctx>,
         space: u16,
         name: &str,
     ) -> PointerValue<'ctx> {
+        if let Some(p) = self.statics.get(buf.0 as usize).copied().flatten() {
+            return p;
+        }
+        // A PTX identifier: LLVM rewrites other characters of internal names only.
+        let name: String = name
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect();
         let g = self
             .module
-            .add_global(arr, Some(AddressSpace::from(space)), name);
-        g.set_linkage(Linkage::Internal);
+            .add_global(arr, Some(AddressSpace::from(space)), &name);
+        g.set_linkage(Linkage::External);
         g.set_initializer(&arr.get_undef());
         g.set_alignment(16);
-        g.as_pointer_value()
+        let p = g.as_pointer_value();
+        if let Some(slot) = self.statics.get_mut(buf.0 as usize) {
+            *slot = Some(p);
+        }
+        p
     }
 
     /// `&buf[index]`.
