@@ -4,15 +4,156 @@
 //! in bounds, and no element is read before it is written (temporaries start uninitialized at
 //! each execution of their `Allocate`; outputs start uninitialized and must be fully written).
 //! Loops of every kind run serially in order, which is a valid order for all of them.
+//!
+//! The buffer bookkeeping here (parameters bound from the inputs, bounds and initialization
+//! checks, outputs collected) is shared with the GPU lockstep interpreter
+//! ([`crate::gpu::interp`]), so that the two references agree on every convention.
 
 use crate::data::{Data, NdData};
 use crate::expr::{BufId, Expr};
 use crate::ir::{BufKind, LoweredFunc, Stmt};
 use crate::scalar::{self, Env, EvalError, Value};
 
-struct Buf {
+/// One live buffer: its elements and which of them have been written.
+pub(crate) struct Buf {
     data: Data,
     written: Vec<bool>,
+}
+
+impl Buf {
+    /// A fresh, uninitialized instance of buffer `id` of `f`.
+    pub(crate) fn fresh(f: &LoweredFunc, id: BufId) -> Result<Buf, EvalError> {
+        let d = f.buffer(id);
+        let n = d.size() as usize;
+        let data = Data::zeros(d.dtype, n)
+            .map_err(|e| EvalError::Unsupported(format!("buffer of {}: {e}", d.dtype)))?;
+        Ok(Buf {
+            data,
+            written: vec![false; n],
+        })
+    }
+
+    /// The element offset of flat index `i`, or the out-of-bounds error naming `name`.
+    pub(crate) fn offset(&self, i: i64, name: &str) -> Result<usize, EvalError> {
+        if i < 0 || i as usize >= self.data.len() {
+            return Err(EvalError::OutOfBounds {
+                name: name.to_string(),
+                index: i,
+                size: self.data.len() as i64,
+            });
+        }
+        Ok(i as usize)
+    }
+
+    /// Element `k` (an offset from [`Buf::offset`]), an error if it was never written.
+    pub(crate) fn get(&self, k: usize, name: &str) -> Result<Value, EvalError> {
+        if !self.written[k] {
+            return Err(EvalError::Uninitialized {
+                name: name.to_string(),
+                index: k as i64,
+            });
+        }
+        Ok(Value::read(&self.data, k))
+    }
+
+    /// Writes element `k` (an offset from [`Buf::offset`]).
+    pub(crate) fn set(&mut self, k: usize, v: Value) {
+        v.write(&mut self.data, k);
+        self.written[k] = true;
+    }
+}
+
+/// A `Store`'s index, evaluated and checked to be an integer.
+pub(crate) fn eval_index(e: &Expr, env: &mut impl Env) -> Result<i64, EvalError> {
+    scalar::eval(e, env)?
+        .as_i64()
+        .ok_or_else(|| EvalError::Unsupported("non-integer index".into()))
+}
+
+/// The truth of an `If`'s condition.
+pub(crate) fn eval_cond(e: &Expr, env: &mut impl Env) -> Result<bool, EvalError> {
+    scalar::eval(e, env)?
+        .as_bool()
+        .ok_or_else(|| EvalError::Unsupported("non-bool condition".into()))
+}
+
+/// The buffer a loop-IR load reads (a tensor `Load` has no place in the loop IR).
+pub(crate) fn load_buf(e: &Expr) -> Result<BufId, EvalError> {
+    match e {
+        Expr::BufLoad { buf, .. } => Ok(*buf),
+        _ => Err(EvalError::Unsupported("tensor load in loop IR".into())),
+    }
+}
+
+/// The parameters of `f` bound for a run, with their buffers (each input checked against its
+/// declaration and fully initialized, each output fresh and uninitialized), and the outputs'
+/// ids in parameter order.
+pub(crate) type Params = (Vec<(BufId, Buf)>, Vec<BufId>);
+
+/// Binds `inputs` (in parameter order) and fresh outputs to the parameters of `f`.
+pub(crate) fn bind_params(f: &LoweredFunc, inputs: &[NdData]) -> Result<Params, EvalError> {
+    let of_kind = |want_input: bool| -> Vec<BufId> {
+        f.params
+            .iter()
+            .copied()
+            .filter(|p| match f.buffer(*p).kind {
+                BufKind::Input(_) => want_input,
+                BufKind::Output(_) => !want_input,
+                BufKind::Temp => false,
+            })
+            .collect()
+    };
+    let ins = of_kind(true);
+    if ins.len() != inputs.len() {
+        return Err(EvalError::BadInput(format!(
+            "expected {} inputs, got {}",
+            ins.len(),
+            inputs.len()
+        )));
+    }
+    let mut bound = Vec::with_capacity(f.params.len());
+    for (id, x) in ins.iter().zip(inputs) {
+        let d = f.buffer(*id);
+        if d.shape != x.shape || d.dtype != x.data.dtype() {
+            return Err(EvalError::BadInput(format!(
+                "`{}` wants {}{:?}, got {}{:?}",
+                d.name,
+                d.dtype,
+                d.shape,
+                x.data.dtype(),
+                x.shape
+            )));
+        }
+        let b = Buf {
+            data: x.data.clone(),
+            written: vec![true; x.data.len()],
+        };
+        bound.push((*id, b));
+    }
+    let outs = of_kind(false);
+    for &o in &outs {
+        bound.push((o, Buf::fresh(f, o)?));
+    }
+    Ok((bound, outs))
+}
+
+/// Output `o` of `f` as host data, an error if any element was never written.
+pub(crate) fn collect_output(
+    f: &LoweredFunc,
+    o: BufId,
+    b: Option<Buf>,
+) -> Result<NdData, EvalError> {
+    let b = b.ok_or_else(|| EvalError::Unsupported("output vanished".into()))?;
+    if let Some(k) = b.written.iter().position(|w| !w) {
+        return Err(EvalError::Uninitialized {
+            name: format!("{} (never written)", f.buffer(o).name),
+            index: k as i64,
+        });
+    }
+    Ok(NdData {
+        shape: f.buffer(o).shape.clone(),
+        data: b.data,
+    })
 }
 
 struct Machine<'a> {
@@ -29,31 +170,12 @@ impl Env for Machine<'_> {
             .ok_or_else(|| EvalError::Unsupported(format!("variable #{id} out of range")))
     }
     fn load(&mut self, e: &Expr, indices: &[i64]) -> Result<Value, EvalError> {
-        let Expr::BufLoad { buf, .. } = e else {
-            return Err(EvalError::Unsupported("tensor load in loop IR".into()));
-        };
+        let buf = load_buf(e)?;
         let i = indices.first().copied().unwrap_or(0);
-        let b = self.buf(*buf)?;
-        let k = in_bounds(&b.data, i, &self.f.buffer(*buf).name)?;
-        if !b.written[k] {
-            return Err(EvalError::Uninitialized {
-                name: self.f.buffer(*buf).name.clone(),
-                index: i,
-            });
-        }
-        Ok(Value::read(&b.data, k))
+        let b = self.buf(buf)?;
+        let name = &self.f.buffer(buf).name;
+        b.get(b.offset(i, name)?, name)
     }
-}
-
-fn in_bounds(d: &Data, i: i64, name: &str) -> Result<usize, EvalError> {
-    if i < 0 || i as usize >= d.len() {
-        return Err(EvalError::OutOfBounds {
-            name: name.to_string(),
-            index: i,
-            size: d.len() as i64,
-        });
-    }
-    Ok(i as usize)
 }
 
 impl Machine<'_> {
@@ -62,17 +184,6 @@ impl Machine<'_> {
             .get(id.0 as usize)
             .and_then(|b| b.as_ref())
             .ok_or_else(|| EvalError::Unsupported(format!("buffer #{} is not live", id.0)))
-    }
-
-    fn fresh(&self, id: BufId) -> Result<Buf, EvalError> {
-        let d = self.f.buffer(id);
-        let n = d.size() as usize;
-        let data = Data::zeros(d.dtype, n)
-            .map_err(|e| EvalError::Unsupported(format!("buffer of {}: {e}", d.dtype)))?;
-        Ok(Buf {
-            data,
-            written: vec![false; n],
-        })
     }
 
     fn run(&mut self, s: &Stmt) -> Result<(), EvalError> {
@@ -87,9 +198,7 @@ impl Machine<'_> {
                 Ok(())
             }
             Stmt::Store { buf, index, value } => {
-                let i = scalar::eval(index, self)?
-                    .as_i64()
-                    .ok_or_else(|| EvalError::Unsupported("non-integer index".into()))?;
+                let i = eval_index(index, self)?;
                 let v = scalar::eval(value, self)?;
                 let name = &self.f.buffer(*buf).name;
                 let b = self
@@ -99,13 +208,12 @@ impl Machine<'_> {
                     .ok_or_else(|| {
                         EvalError::Unsupported(format!("store to `{name}`, not live"))
                     })?;
-                let k = in_bounds(&b.data, i, name)?;
-                v.write(&mut b.data, k);
-                b.written[k] = true;
+                let k = b.offset(i, name)?;
+                b.set(k, v);
                 Ok(())
             }
             Stmt::Allocate { buf, body } => {
-                let fresh = self.fresh(*buf)?;
+                let fresh = Buf::fresh(self.f, *buf)?;
                 let saved = self.bufs[buf.0 as usize].replace(fresh);
                 let r = self.run(body);
                 self.bufs[buf.0 as usize] = saved;
@@ -116,10 +224,7 @@ impl Machine<'_> {
                 then,
                 otherwise,
             } => {
-                let c = scalar::eval(cond, self)?
-                    .as_bool()
-                    .ok_or_else(|| EvalError::Unsupported("non-bool condition".into()))?;
-                if c {
+                if eval_cond(cond, self)? {
                     self.run(then)
                 } else if let Some(o) = otherwise {
                     self.run(o)
@@ -140,61 +245,12 @@ pub fn run(f: &LoweredFunc, inputs: &[NdData]) -> Result<Vec<NdData>, EvalError>
         vars: vec![0; f.num_vars as usize],
         bufs: (0..f.buffers.len()).map(|_| None).collect(),
     };
-    let ins: Vec<BufId> = f
-        .params
-        .iter()
-        .copied()
-        .filter(|p| matches!(f.buffer(*p).kind, BufKind::Input(_)))
-        .collect();
-    if ins.len() != inputs.len() {
-        return Err(EvalError::BadInput(format!(
-            "expected {} inputs, got {}",
-            ins.len(),
-            inputs.len()
-        )));
-    }
-    for (id, x) in ins.iter().zip(inputs) {
-        let d = f.buffer(*id);
-        if d.shape != x.shape || d.dtype != x.data.dtype() {
-            return Err(EvalError::BadInput(format!(
-                "`{}` wants {}{:?}, got {}{:?}",
-                d.name,
-                d.dtype,
-                d.shape,
-                x.data.dtype(),
-                x.shape
-            )));
-        }
-        m.bufs[id.0 as usize] = Some(Buf {
-            data: x.data.clone(),
-            written: vec![true; x.data.len()],
-        });
-    }
-    let outs: Vec<BufId> = f
-        .params
-        .iter()
-        .copied()
-        .filter(|p| matches!(f.buffer(*p).kind, BufKind::Output(_)))
-        .collect();
-    for &o in &outs {
-        m.bufs[o.0 as usize] = Some(m.fresh(o)?);
+    let (params, outs) = bind_params(f, inputs)?;
+    for (id, b) in params {
+        m.bufs[id.0 as usize] = Some(b);
     }
     m.run(&f.body)?;
     outs.iter()
-        .map(|&o| {
-            let b = m.bufs[o.0 as usize]
-                .take()
-                .ok_or_else(|| EvalError::Unsupported("output vanished".into()))?;
-            if let Some(k) = b.written.iter().position(|w| !w) {
-                return Err(EvalError::Uninitialized {
-                    name: format!("{} (never written)", f.buffer(o).name),
-                    index: k as i64,
-                });
-            }
-            Ok(NdData {
-                shape: f.buffer(o).shape.clone(),
-                data: b.data,
-            })
-        })
+        .map(|&o| collect_output(f, o, m.bufs[o.0 as usize].take()))
         .collect()
 }

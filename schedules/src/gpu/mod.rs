@@ -11,6 +11,7 @@
 //! fetch into shared memory split by the thread count and bound to `threadIdx.x` again). Its
 //! extent must not pass the enclosing one's, or the threads past that never reach it.
 
+pub mod interp;
 pub mod verify;
 
 use crate::ir::{ForKind, LoweredFunc, Stmt, ThreadAxis};
