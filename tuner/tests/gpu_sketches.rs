@@ -5,13 +5,16 @@
 use rand::rngs::ChaCha8Rng;
 use rand::SeedableRng;
 use tensortune_schedules::data::NdData;
+use tensortune_schedules::gpu::interp::run_lockstep;
 use tensortune_schedules::gpu::verify::verify_gpu;
 use tensortune_schedules::ir::{LoweredFunc, Scope, Stmt};
 use tensortune_schedules::lower::lower;
 use tensortune_schedules::ops::WorkloadSpec;
 use tensortune_schedules::target::{CudaDesc, TargetDesc};
 use tensortune_schedules::{eval, interp, ComputeDag};
-use tensortune_tuner::sketch::rules::{generate_for, gpu_rules};
+use tensortune_tuner::sketch::rules::{
+    default_schedule, generate_for, gpu_rules, DefaultGpuSchedule,
+};
 use tensortune_tuner::sketch::sample::sample;
 use tensortune_tuner::TuneOptions;
 
@@ -87,7 +90,11 @@ fn every_covered_op_gets_gpu_sketches_that_verify_and_compute_the_op() {
                     shared_seen = true;
                     assert!(syncs(&f) >= 2, "{spec}: shared without barriers\n{f}");
                 }
-                let got = interp::run(&f, &ins).unwrap_or_else(|e| panic!("{spec}: {e}\n{f}"));
+                // Lockstep: the block's threads together, every race and divergent barrier
+                // reported; the serial interpreter agrees.
+                let got = run_lockstep(&f, &ins).unwrap_or_else(|e| panic!("{spec}: {e}\n{f}"));
+                let serial = interp::run(&f, &ins).unwrap_or_else(|e| panic!("{spec}: {e}\n{f}"));
+                assert_eq!(got, serial, "{spec}: lockstep and serial differ\n{f}");
                 for (w, g) in want.iter().zip(&got) {
                     let diff = g.max_rel_diff(w).expect("same shape");
                     assert!(diff < 1e-4, "{spec}: differs by {diff}\n{}\n{f}", s.trace());
@@ -106,5 +113,29 @@ fn every_covered_op_gets_gpu_sketches_that_verify_and_compute_the_op() {
             "{spec}: {} sketches, {passed} instances checked",
             sketches.len()
         );
+    }
+}
+
+/// Without tuning, every covered op gets a verified GPU schedule; softmax (not covered yet)
+/// the one-thread kernel, which still computes softmax.
+#[test]
+fn the_default_gpu_schedule_is_a_verified_sketch_draw_or_one_thread() {
+    let TargetDesc::Cuda(desc) = sm90() else {
+        unreachable!("a cuda desc")
+    };
+    for spec in SPECS.iter().copied().chain(["softmax:M=6,N=10"]) {
+        let d = dag(spec);
+        let (s, what) = default_schedule(&d, &desc);
+        let f = lower(&s).unwrap_or_else(|e| panic!("{spec}: {e}"));
+        verify_gpu(&f, &desc).unwrap_or_else(|e| panic!("{spec}: {e}\n{f}"));
+        match (&what, spec.starts_with("softmax")) {
+            (DefaultGpuSchedule::Sketch(_), false) | (DefaultGpuSchedule::OneThread, true) => {}
+            _ => panic!("{spec}: {what:?}"),
+        }
+        let ins = inputs(&d);
+        let want = eval::evaluate(&d, &ins).expect("evaluate");
+        let got = run_lockstep(&f, &ins).unwrap_or_else(|e| panic!("{spec}: {e}\n{f}"));
+        let diff = got[0].max_rel_diff(&want[0]).expect("same shape");
+        assert!(diff < 1e-4, "{spec}: differs by {diff}\n{f}");
     }
 }

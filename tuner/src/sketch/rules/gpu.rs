@@ -259,6 +259,10 @@ fn auto_bind(b: &SketchBuilder, t: TensorId) -> Result<SketchBuilder, RuleError>
         if !b.state.is_output(t) {
             return Err(RuleError::NoStage(cp));
         }
+    } else if !b.state.is_output(t) {
+        // Read by several stages (once inlined stages are seen through): as a root nest of
+        // its own, other blocks of the same launch would read what it writes.
+        return Err(RuleError::NoStage(p));
     }
     let st = b.state.stage(p as usize).ok_or(RuleError::NoStage(p))?;
     let spatial = st
@@ -287,4 +291,50 @@ fn auto_bind(b: &SketchBuilder, t: TensorId) -> Result<SketchBuilder, RuleError>
     }
     unroll(&mut b, t);
     Ok(b)
+}
+
+/// What [`default_schedule`] settled on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DefaultGpuSchedule {
+    /// A draw of the named GPU sketch that passed the GPU verifier.
+    Sketch(String),
+    /// No GPU sketch verified (or none covers the DAG): the unbound schedule, a kernel of
+    /// one thread. Correct, and slow.
+    OneThread,
+}
+
+/// Draws [`default_schedule`] makes before it falls back to one thread.
+pub const DEFAULT_DRAWS: usize = 64;
+
+/// A sound schedule of `dag` on the GPU `desc` without tuning: the first of seeded random
+/// instances of the GPU sketches (the same every run) that lowers and passes the GPU
+/// verifier, else the unbound schedule (one thread of one block).
+pub fn default_schedule(
+    dag: &tensortune_schedules::ComputeDag,
+    desc: &tensortune_schedules::target::CudaDesc,
+) -> (tensortune_schedules::schedule::State, DefaultGpuSchedule) {
+    use rand::SeedableRng;
+    let opts = crate::TuneOptions::default();
+    let target = tensortune_schedules::target::TargetDesc::Cuda(desc.clone());
+    let sketches = super::generate_for(dag, &opts, &target, &super::gpu_rules());
+    let mut rng = rand::rngs::ChaCha8Rng::seed_from_u64(0);
+    if !sketches.is_empty() {
+        for n in 0..DEFAULT_DRAWS {
+            let sk = &sketches[n % sketches.len()];
+            let dec = crate::sketch::sample::sample(sk, &mut rng, &opts);
+            let Ok(s) = sk.instantiate(dag, &dec) else {
+                continue;
+            };
+            let ok = tensortune_schedules::lower::lower(&s)
+                .ok()
+                .is_some_and(|f| tensortune_schedules::gpu::verify::verify_gpu(&f, desc).is_ok());
+            if ok {
+                return (s, DefaultGpuSchedule::Sketch(sk.name.clone()));
+            }
+        }
+    }
+    (
+        tensortune_schedules::schedule::State::new(dag),
+        DefaultGpuSchedule::OneThread,
+    )
 }

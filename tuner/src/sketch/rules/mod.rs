@@ -32,7 +32,10 @@ mod plain;
 mod rfactor;
 
 pub use builder::SketchBuilder;
-pub use gpu::{AutoBind, GpuInline, GpuTiling, GPU_UNROLL_STEPS};
+pub use gpu::{
+    default_schedule, AutoBind, DefaultGpuSchedule, GpuInline, GpuTiling, DEFAULT_DRAWS,
+    GPU_UNROLL_STEPS,
+};
 pub use inline::AlwaysInline;
 pub use multi_level_tiling::{MultiLevelTiling, StructureError};
 pub use plain::Plain;
