@@ -27,7 +27,9 @@ has_cmd() { command -v "$1" >/dev/null 2>&1; }
 # A file that some candidate path holds (globs allowed).
 has_file() { local f; for f in "$@"; do [ -e "$f" ] && return 0; done; return 1; }
 
-has_cmd llvm-config-19 || need+=(llvm-19-dev)
+# Polly with LLVM: llvm-sys links every component llvm-config lists, Polly's among them, and
+# a machine that gets llvm-19-dev here has not had its libPolly.a checked for yet.
+has_cmd llvm-config-19 || need+=(llvm-19-dev libpolly-19-dev)
 if has_cmd llvm-config-19; then
   libdir="$(llvm-config-19 --libdir)"
   has_file "$libdir"/libPolly.a || need+=(libpolly-19-dev)
@@ -36,10 +38,15 @@ has_file /usr/include/zstd.h /usr/local/include/zstd.h || need+=(libzstd-dev)
 has_cmd cmake || need+=(cmake)
 has_cmd ninja || need+=(ninja-build)
 has_cmd c++ || has_cmd g++ || has_cmd clang++ || need+=(clang)
-# bindgen (XGBoost's raw bindings) loads libclang at build time.
+# bindgen (XGBoost's raw bindings) loads libclang at build time: `libclang.so*` or
+# `libclang-N.so*`. Not `libclang-cpp.so.N`, the C++ library that llvm-19-dev brings along,
+# which bindgen cannot use (matching it left a fresh machine without libclang).
 if [ -z "${LIBCLANG_PATH:-}" ]; then
-  has_file /usr/lib/llvm-*/lib/libclang*.so* /usr/lib/x86_64-linux-gnu/libclang*.so* \
-    /usr/lib/aarch64-linux-gnu/libclang*.so* || need+=(libclang-dev)
+  found_libclang=0
+  for d in /usr/lib/llvm-*/lib /usr/lib/x86_64-linux-gnu /usr/lib/aarch64-linux-gnu; do
+    has_file "$d"/libclang.so* "$d"/libclang-[0-9]*.so* && found_libclang=1
+  done
+  [ "$found_libclang" -eq 1 ] || need+=(libclang-dev)
 fi
 if [ "$for_tests" -eq 1 ]; then
   has_cmd chromium || has_cmd chromium-browser || [ -n "${TENSORTUNE_CHROMIUM:-}" ] || need+=(chromium)
