@@ -1,18 +1,26 @@
-//! `tensortune codegen`: what the CPU backend makes of a workload: its loop IR, LLVM IR or
-//! assembly, or an object file and C header for other build systems. With `--db` the program
-//! is the best record for the target (see [`crate::build::choose`]), else the default schedule.
+//! `tensortune codegen`: what a backend makes of a workload. For a CPU target: its loop IR,
+//! LLVM IR or assembly, or an object file and C header for other build systems. For a CUDA
+//! target (`--target cuda`, `--target "cuda -arch=sm_86"`): its loop IR, the NVPTX LLVM IR
+//! or the PTX of the kernel, made without a GPU. With `--db` the program is the best record
+//! for the target (see [`crate::build::choose`]), else the default schedule (on a GPU the
+//! default GPU schedule, [`tensortune_tuner::sketch::rules::default_schedule`]).
 
 use super::run::parse_workload;
 use super::CliError;
 use crate::build::header::{self, HeaderKernel};
 use crate::build::{compile_object, symbol_name, Missing, ReuseError};
 use crate::codegen::llvm::{emit_asm, emit_llvm_ir};
-use crate::codegen::{CodegenOptions, HostTarget};
+use crate::codegen::nvptx::{emit_nvptx_llvm_ir, emit_ptx};
+use crate::codegen::{CodegenError, CodegenOptions, HostTarget};
 use std::io::Write;
 use std::path::PathBuf;
 use tensortune_records::Database;
+use tensortune_schedules::gpu::verify::verify_gpu;
 use tensortune_schedules::lower::{lower_with, LowerOptions};
+use tensortune_schedules::ops::WorkloadSpec;
 use tensortune_schedules::schedule::State;
+use tensortune_schedules::target::{CudaDesc, CudaKey, TargetKey};
+use tensortune_schedules::ComputeDag;
 
 /// What to print or write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -26,6 +34,8 @@ pub enum Emit {
     /// An ELF object file (to `--out`) defining `tt_IDENT` and `tt_IDENT_packed`, and its C
     /// header.
     Obj,
+    /// The PTX assembly of the kernel (CUDA targets only).
+    Ptx,
 }
 
 /// Arguments of `tensortune codegen`.
@@ -42,7 +52,8 @@ pub struct CodegenArgs {
     /// Records database: compile the best record of the workload for the target.
     #[arg(long, value_name = "DB")]
     pub db: Option<PathBuf>,
-    /// Target key records are looked up under (default: this CPU with `--threads`).
+    /// Target key records are looked up under and code is made for (default: this CPU with
+    /// `--threads`; `cuda` or `"cuda -arch=sm_86"` for an NVIDIA GPU).
     #[arg(long, value_name = "KEY")]
     pub target: Option<String>,
     /// Threads of the default target key (0: every core).
@@ -89,6 +100,21 @@ pub fn codegen(args: &CodegenArgs, out: &mut dyn Write) -> Result<(), CliError> 
         .chain(header_path.iter().map(|p| ("--header", p.as_path())))
         .collect();
     super::output::refuse_clobbering(&inputs, &outputs)?;
+    // A key that does not parse is refused here, whatever is emitted: without `--db` it
+    // would otherwise be ignored, and code made for the wrong kind of machine.
+    let parsed = match args.target.as_deref().map(str::parse::<TargetKey>) {
+        Some(Err(e)) => return Err(CliError::Usage(e.to_string())),
+        Some(Ok(k)) => Some(k),
+        None => None,
+    };
+    if let Some(TargetKey::Cuda(cuda)) = &parsed {
+        return codegen_cuda(args, &spec, &dag, cuda, out);
+    }
+    if args.emit == Emit::Ptx {
+        return Err(CliError::Usage(
+            "--emit ptx is for CUDA targets (--target cuda)".into(),
+        ));
+    }
     let key = match &args.target {
         Some(key) => key.clone(),
         None => HostTarget::host().key(super::resolve_threads("--threads", args.threads)?),
@@ -168,12 +194,106 @@ pub fn codegen(args: &CodegenArgs, out: &mut dyn Write) -> Result<(), CliError> 
     let text = match args.emit {
         Emit::Llvm => emit_llvm_ir(&func, &opts).map_err(|e| CliError::Internal(e.to_string()))?,
         Emit::Asm => emit_asm(&func, &opts).map_err(|e| CliError::Internal(e.to_string()))?,
-        Emit::Loop | Emit::Obj => func.to_string(),
+        Emit::Loop | Emit::Obj | Emit::Ptx => func.to_string(),
     };
+    emit_text(args, &text, out)
+}
+
+/// Writes `text` to `--out`, else to `out`.
+fn emit_text(args: &CodegenArgs, text: &str, out: &mut dyn Write) -> Result<(), CliError> {
     match &args.out {
         Some(p) => write_out(p, text.as_bytes()),
         None => out
             .write_all(text.as_bytes())
             .map_err(|e| CliError::Internal(e.to_string())),
     }
+}
+
+/// A code generator's error: unsupported input is the user's to change (another schedule or
+/// dtype), anything else is ours.
+fn codegen_error(e: CodegenError) -> CliError {
+    match e {
+        CodegenError::Unsupported(_) => CliError::Usage(e.to_string()),
+        e => CliError::Internal(e.to_string()),
+    }
+}
+
+/// The GPU architecture of `key`, described, or a usage error naming the known ones.
+pub(crate) fn cuda_desc(key: &CudaKey) -> Result<CudaDesc, CliError> {
+    let arch = key.arch_or_default();
+    CudaDesc::for_arch(arch).ok_or_else(|| {
+        CliError::Usage(format!(
+            "unknown GPU architecture `{arch}` (known: {})",
+            CudaDesc::known_archs().join(", ")
+        ))
+    })
+}
+
+/// `tensortune codegen` for a CUDA target: the program (best record or default GPU
+/// schedule), checked by the GPU verifier, as loop IR, NVPTX LLVM IR or PTX.
+fn codegen_cuda(
+    args: &CodegenArgs,
+    spec: &WorkloadSpec,
+    dag: &ComputeDag,
+    key: &CudaKey,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    if matches!(args.emit, Emit::Asm | Emit::Obj) {
+        return Err(CliError::Usage(
+            "--emit asm/obj is for CPU targets; use --emit ptx".into(),
+        ));
+    }
+    let desc = cuda_desc(key)?;
+    let arch = key.arch_or_default();
+    // Records are filed under the key as given, as for CPU targets.
+    let target = args.target.clone().unwrap_or_else(|| "cuda".into());
+    let symbol = symbol_name(spec);
+    let from_db = match &args.db {
+        Some(p) => {
+            let db = Database::open_read_only(p)?;
+            // With `Missing::Error` the choice never falls back to the CPU's default
+            // schedule (a one-thread kernel): the GPU's own default is taken below instead.
+            match crate::build::choose_named(&db, spec, &target, Missing::Error, Some(&symbol)) {
+                Ok(choice) => {
+                    for w in &choice.warnings {
+                        log::warn!("{w}");
+                    }
+                    Some((choice.func, choice.source.to_string()))
+                }
+                Err(e @ ReuseError::NoRecord { .. }) if args.fallback => {
+                    log::warn!("{e}; using the default GPU schedule");
+                    None
+                }
+                Err(e) => return Err(reuse_error(e)),
+            }
+        }
+        None => None,
+    };
+    let (func, source) = match from_db {
+        Some(x) => x,
+        None => {
+            let (state, _) = tensortune_tuner::sketch::rules::default_schedule(dag, &desc);
+            let func = lower_with(
+                &state,
+                &LowerOptions {
+                    name: Some(symbol.clone()),
+                    ..LowerOptions::default()
+                },
+            )
+            .map_err(|e| CliError::Internal(e.to_string()))?;
+            (func, "the default GPU schedule".to_string())
+        }
+    };
+    verify_gpu(&func, &desc).map_err(|e| {
+        CliError::Usage(format!(
+            "{} from {source} does not run on {arch}: {e}",
+            spec.canonical()
+        ))
+    })?;
+    let text = match args.emit {
+        Emit::Ptx => emit_ptx(&func, arch).map_err(codegen_error)?,
+        Emit::Llvm => emit_nvptx_llvm_ir(&func, arch).map_err(codegen_error)?,
+        Emit::Loop | Emit::Asm | Emit::Obj => func.to_string(),
+    };
+    emit_text(args, &text, out)
 }

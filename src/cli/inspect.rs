@@ -1,5 +1,6 @@
 //! `tensortune workloads` (the op library) and `tensortune show` (a best schedule as a trace
-//! and as its lowered loop nest).
+//! and as its lowered loop nest; for a CUDA target also its launch and what the GPU verifier
+//! counts of it).
 
 use super::run::parse_workload;
 use super::CliError;
@@ -7,11 +8,16 @@ use crate::tune::Target;
 use std::io::Write;
 use std::path::PathBuf;
 use tensortune_records::Database;
+use tensortune_schedules::gpu::launch_dims;
+use tensortune_schedules::gpu::verify::verify_gpu;
 use tensortune_schedules::ir::LoweredFunc;
 use tensortune_schedules::lower::lower;
 use tensortune_schedules::ops::OPS;
+use tensortune_schedules::schedule::State;
+use tensortune_schedules::target::{CudaDesc, TargetKey};
 use tensortune_schedules::trace::Trace;
 use tensortune_schedules::ComputeDag;
+use tensortune_tuner::sketch::rules::{default_schedule, DefaultGpuSchedule};
 
 /// Arguments of `tensortune workloads`.
 #[derive(Debug, clap::Args)]
@@ -21,16 +27,19 @@ pub struct WorkloadsArgs {}
 /// Arguments of `tensortune show`.
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "Example:\n  tensortune show --db tuning.db --workload matmul:M=512,N=512,K=512"
+    after_help = "Examples:\n  tensortune show --db tuning.db --workload matmul:M=512,N=512,K=512\n  \
+                  tensortune show --target cuda --workload matmul:M=512,N=512,K=512   \
+                  (the default GPU schedule, its launch and resources)"
 )]
 pub struct ShowArgs {
-    /// The records database.
+    /// The records database (without it: the target's default schedule).
     #[arg(long, value_name = "DB")]
-    pub db: PathBuf,
+    pub db: Option<PathBuf>,
     /// The workload spec.
     #[arg(long, value_name = "SPEC")]
     pub workload: String,
-    /// The target key (default: this CPU, one thread).
+    /// The target key (default: this CPU, one thread; `cuda` or `"cuda -arch=sm_86"` for an
+    /// NVIDIA GPU).
     #[arg(long, value_name = "T")]
     pub target: Option<String>,
 }
@@ -57,35 +66,109 @@ pub fn workloads(_args: &WorkloadsArgs, out: &mut dyn Write) -> Result<(), CliEr
         .map_err(|e| CliError::Internal(e.to_string()))
 }
 
-/// Prints the best record of a workload as its trace and its lowered loop nest.
+/// Prints the best record of a workload (or, without `--db`, the target's default schedule)
+/// as its trace and its lowered loop nest; for a CUDA target also the launch and the GPU
+/// verifier's count of threads and memory.
 pub fn show(args: &ShowArgs, out: &mut dyn Write) -> Result<(), CliError> {
     let (w, dag) = parse_workload(&args.workload)?;
-    let db = Database::open_read_only(&args.db)?;
     let target = args.target.clone().unwrap_or_else(|| Target::host(1).key());
-    let key = w.canonical();
-    let Some(r) = db.best(&key, &target)? else {
-        let have = db.targets_of(&key)?;
-        return Err(CliError::Usage(format!(
-            "{}: no successful record of {key} for target `{target}`{}",
-            args.db.display(),
-            if have.is_empty() {
-                String::new()
-            } else {
-                format!("; it has records for: {}", have.join(" | "))
-            }
-        )));
+    // A key that does not parse is still looked up as given (records are filed by text).
+    let cuda = match target.parse::<TargetKey>() {
+        Ok(TargetKey::Cuda(k)) => Some(super::codegen::cuda_desc(&k)?),
+        _ => None,
     };
-    let (trace, func) = replay_and_lower(&dag, &r.trace_json)?;
-    let t = r.outcome.timing().map(|t| t.median_s).unwrap_or(f64::NAN);
-    let text = format!(
-        "{key} on {target}\n{:.3} ms, {:.1} GFLOP/s\n\ntrace:\n{}\nloop nest:\n{}",
-        t * 1e3,
-        r.gflops().unwrap_or(0.0),
-        trace,
-        func
-    );
+    let key = w.canonical();
+    let (headline, trace, func) = match &args.db {
+        Some(path) => {
+            let db = Database::open_read_only(path)?;
+            let Some(r) = db.best(&key, &target)? else {
+                let have = db.targets_of(&key)?;
+                return Err(CliError::Usage(format!(
+                    "{}: no successful record of {key} for target `{target}`{}",
+                    path.display(),
+                    if have.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; it has records for: {}", have.join(" | "))
+                    }
+                )));
+            };
+            let (trace, func) = replay_and_lower(&dag, &r.trace_json)?;
+            let t = r.outcome.timing().map(|t| t.median_s).unwrap_or(f64::NAN);
+            let headline = format!(
+                "{:.3} ms, {:.1} GFLOP/s",
+                t * 1e3,
+                r.gflops().unwrap_or(0.0)
+            );
+            (headline, trace, func)
+        }
+        None => {
+            let (state, what) = match &cuda {
+                Some(desc) => {
+                    let (state, how) = default_schedule(&dag, desc);
+                    let what = match how {
+                        DefaultGpuSchedule::Sketch(name) => {
+                            format!("the default GPU schedule (a draw of the sketch `{name}`)")
+                        }
+                        DefaultGpuSchedule::OneThread => {
+                            "the default GPU schedule (one thread: no GPU sketch verified)".into()
+                        }
+                    };
+                    (state, what)
+                }
+                None => (
+                    State::new(&dag),
+                    "the default schedule (untuned)".to_string(),
+                ),
+            };
+            let func = lower(&state).map_err(|e| CliError::Internal(e.to_string()))?;
+            (what, state.trace().clone(), func)
+        }
+    };
+    let mut text = format!("{key} on {target}\n{headline}\n\ntrace:\n{trace}\nloop nest:\n{func}");
+    if let Some(desc) = &cuda {
+        text.push_str(&gpu_summary(&func, desc));
+    }
     out.write_all(text.as_bytes())
         .map_err(|e| CliError::Internal(e.to_string()))
+}
+
+/// The launch of a GPU loop nest and what the GPU verifier counts of it on `desc`, as the
+/// lines `show` ends with. A nest that does not verify says why instead of failing: `show`
+/// is how one looks at such a record.
+pub(crate) fn gpu_summary(func: &LoweredFunc, desc: &CudaDesc) -> String {
+    let mut text = String::from("\nGPU:\n");
+    match launch_dims(func) {
+        Ok(l) => text.push_str(&format!(
+            "launch: grid ({}, {}, {}) x block ({}, {}, {}): {} blocks of {} threads\n",
+            l.grid[0],
+            l.grid[1],
+            l.grid[2],
+            l.block[0],
+            l.block[1],
+            l.block[2],
+            l.grid.iter().map(|&d| d as u64).product::<u64>(),
+            l.threads_per_block()
+        )),
+        Err(e) => text.push_str(&format!("launch: none ({e})\n")),
+    }
+    match verify_gpu(func, desc) {
+        Ok(u) => text.push_str(&format!(
+            "{}: {} threads/block{}, {} bytes shared/block (limit {}), {} bytes local/thread\n",
+            desc.arch,
+            u.launch.threads_per_block(),
+            if u.whole_warps {
+                String::new()
+            } else {
+                format!(" (not a whole number of {}-thread warps)", desc.warp_size)
+            },
+            u.shared_bytes,
+            desc.shared_memory_per_block,
+            u.local_bytes
+        )),
+        Err(e) => text.push_str(&format!("{}: does not verify: {e}\n", desc.arch)),
+    }
+    text
 }
 
 /// A stored trace replayed on a workload's DAG, and the loop nest it lowers to: what `show`
