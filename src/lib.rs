@@ -55,6 +55,7 @@ pub mod build;
 #[cfg(feature = "tuning")]
 pub mod cli;
 pub mod codegen;
+pub mod gpu;
 pub mod kernel;
 pub mod measure;
 #[cfg(feature = "tuning")]

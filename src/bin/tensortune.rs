@@ -106,6 +106,17 @@ enum Command {
     Run(cli::run::RunArgs),
     /// Print the loop IR, LLVM IR or assembly of a workload's default schedule.
     Codegen(cli::codegen::CodegenArgs),
+    /// The GPU measurement worker the CUDA backend starts (`tensortune::gpu`): requests on
+    /// stdin, replies on stdout. Not for interactive use.
+    #[command(hide = true)]
+    CudaWorker {
+        /// Run programs in the lockstep interpreter instead of on a GPU.
+        #[arg(long)]
+        simulate: bool,
+        /// The CUDA device ordinal.
+        #[arg(long, default_value_t = 0)]
+        device: u32,
+    },
     /// Print a shell completion script for bash, zsh, fish, elvish or powershell.
     #[command(
         after_help = "Examples:\n  tensortune completions bash > ~/.local/share/bash-completion/completions/tensortune\n  tensortune completions zsh > ~/.zfunc/_tensortune\n  tensortune completions fish > ~/.config/fish/completions/tensortune.fish"
@@ -146,6 +157,13 @@ fn run(command: Command) -> Result<(), CliError> {
         Command::Report(args) => cli::report::report(&args, &mut out),
         Command::Run(args) => cli::run::run(&args, &mut out),
         Command::Codegen(args) => cli::codegen::codegen(&args, &mut out),
+        Command::CudaWorker { simulate, device } => {
+            // Answered in `main` before this; here only to keep the match exhaustive.
+            match tensortune::gpu::worker_main(simulate, device) {
+                c if c == ExitCode::SUCCESS => Ok(()),
+                _ => Err(CliError::Internal("the GPU worker failed".into())),
+            }
+        }
         Command::Completions { shell } => {
             use clap::CommandFactory;
             let mut buf = Vec::new();
@@ -204,6 +222,11 @@ fn main() -> ExitCode {
         }
     };
     init_logger(&cli.log);
+    // The GPU worker speaks its protocol on stdout and reports its own exit status; none of
+    // the command line's checks or error printing applies to it.
+    if let Command::CudaWorker { simulate, device } = cli.command {
+        return tensortune::gpu::worker_main(simulate, device);
+    }
     match std::panic::catch_unwind(|| run(cli.command)) {
         Ok(Ok(())) => ExitCode::SUCCESS,
         Ok(Err(e)) => {
