@@ -310,10 +310,44 @@ mod imp {
         }
     }
 
+    /// `cuEventElapsedTime`'s signature, shared by its `_v2`.
+    type ElapsedFn = unsafe extern "C" fn(*mut f32, sys::CUevent, sys::CUevent) -> sys::CUresult;
+
+    /// The driver's event timer, looked up here rather than through cudarc: its CUDA 13.0
+    /// bindings call `cuEventElapsedTime_v2`, which drivers before 12.8 lack (cudarc would
+    /// panic on every timing), while the first version, with the same signature, is in
+    /// every driver before 13.0. The newer one is taken where both are.
+    fn elapsed_fn() -> Option<ElapsedFn> {
+        for lib in super::LIBCUDA {
+            let Ok(name) = CString::new(lib) else {
+                continue;
+            };
+            // SAFETY: dlopen of a NUL-terminated name. The handle is kept open for the life
+            // of the process (cudarc holds the library loaded anyway), so the symbol stays
+            // valid.
+            let handle = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL) };
+            if handle.is_null() {
+                continue;
+            }
+            for sym in [c"cuEventElapsedTime_v2", c"cuEventElapsedTime"] {
+                // SAFETY: a live handle and a NUL-terminated symbol name.
+                let p = unsafe { libc::dlsym(handle, sym.as_ptr()) };
+                if !p.is_null() {
+                    // SAFETY: both symbols are `CUresult (float *, CUevent, CUevent)` in the
+                    // driver API, which is `ElapsedFn`.
+                    return Some(unsafe { std::mem::transmute::<*mut c_void, ElapsedFn>(p) });
+                }
+            }
+        }
+        None
+    }
+
     /// The worker's device: a device's primary context, current on the worker's thread.
     pub(crate) struct Device {
         /// The L2 flush buffer, kept between runs and grown when asked for more.
         flush: Option<DevBuf>,
+        /// The event timer (see [`elapsed_fn`]).
+        elapsed: ElapsedFn,
     }
 
     fn dev_err(e: GpuError) -> WorkerError {
@@ -347,7 +381,14 @@ mod imp {
             call("cuCtxSetCurrent", || unsafe {
                 result::ctx::set_current(ctx)
             })?;
-            Ok(Device { flush: None })
+            let elapsed = elapsed_fn().ok_or(GpuError::Driver {
+                call: "cuEventElapsedTime",
+                message: "the driver library has no event timer".into(),
+            })?;
+            Ok(Device {
+                flush: None,
+                elapsed,
+            })
         }
 
         fn load(&self, ptx: &str) -> Result<Module, WorkerError> {
@@ -584,11 +625,15 @@ mod imp {
                     result::event::synchronize(e)
                 })
                 .map_err(kernel_err)?;
-                // SAFETY: both events recorded on the same stream and completed.
-                let ms = call("cuEventElapsedTime", || unsafe {
-                    result::event::elapsed(s, e)
+                let timer = self.elapsed;
+                let mut ms = 0f32;
+                // SAFETY: both events were recorded on the same stream and have completed;
+                // `ms` is written by the call.
+                call("cuEventElapsedTime", || unsafe {
+                    timer(&mut ms, s, e).result()
                 })
-                .map_err(kernel_err)? as f64;
+                .map_err(kernel_err)?;
+                let ms = f64::from(ms);
                 total_ms += ms;
                 times_s.push(ms / 1e3);
             }
