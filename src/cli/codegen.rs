@@ -269,6 +269,7 @@ fn codegen_cuda(
         }
         None => None,
     };
+    let recorded = from_db.is_some();
     let (func, source) = match from_db {
         Some(x) => x,
         None => {
@@ -285,10 +286,17 @@ fn codegen_cuda(
         }
     };
     verify_gpu(&func, &desc).map_err(|e| {
-        CliError::Usage(format!(
+        let message = format!(
             "{} from {source} does not run on {arch}: {e}",
             spec.canonical()
-        ))
+        );
+        // A record may come from another GPU (or a bad tuner); the default schedule is
+        // checked by the verifier as it is made, so its failing here is a bug of ours.
+        if recorded {
+            CliError::Usage(message)
+        } else {
+            CliError::Internal(message)
+        }
     })?;
     let text = match args.emit {
         Emit::Ptx => emit_ptx(&func, arch).map_err(codegen_error)?,
