@@ -10,6 +10,7 @@
 //! [`crate::measure::CpuMeasurer`].
 
 pub mod cpu;
+pub mod cuda;
 
 use rayon::prelude::*;
 use std::time::Instant;

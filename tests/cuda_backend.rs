@@ -1,0 +1,175 @@
+//! The CUDA backend through the same `tune()` as the CPU's, without a GPU: candidates are
+//! made by the GPU sketch rules, checked by the GPU verifier, compiled to PTX by LLVM, and
+//! run by the lockstep interpreter (`LockstepDevice`), whose outputs are checked against the
+//! direct evaluator. Its times mean nothing; what is tested is that every stage of the GPU
+//! pipeline runs under the tuner and that wrong programs are caught.
+
+use tensortune::backend::cuda::{
+    parse_cuda_key, CudaArtifact, CudaBackend, CudaTargetError, GpuDevice, GpuRun,
+    GpuTimingOptions, LockstepDevice,
+};
+use tensortune::backend::{Backend, Purpose};
+use tensortune::records::Database;
+use tensortune::schedules::data::NdData;
+use tensortune::schedules::ops::WorkloadSpec;
+use tensortune::schedules::target::CudaDesc;
+use tensortune::tuner::measure::{MeasureError, MeasureErrorKind};
+use tensortune::TuneOptions;
+
+fn sm90() -> CudaDesc {
+    CudaDesc::for_arch("sm_90").expect("sm_90 is in the table")
+}
+
+fn lockstep_backend() -> CudaBackend {
+    let key = parse_cuda_key("cuda -arch=sm_90").expect("a cuda key");
+    CudaBackend::with_device(&key, Box::new(LockstepDevice::new(sm90()))).expect("backend")
+}
+
+fn small_opts(trials: usize, db: Option<std::path::PathBuf>) -> TuneOptions {
+    TuneOptions {
+        trials,
+        batch_size: 8,
+        population: 32,
+        quiet: true,
+        db,
+        ..TuneOptions::default()
+    }
+}
+
+#[test]
+fn tune_on_the_lockstep_device_checks_every_candidate_and_files_cuda_records() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db_path = dir.path().join("gpu.db");
+    let backend = lockstep_backend();
+    let spec = WorkloadSpec::parse("matmul:M=24,N=20,K=12").expect("spec");
+    let r = tensortune::tune(&spec, &backend, &small_opts(16, Some(db_path.clone())))
+        .expect("tuning runs");
+    assert_eq!(r.trials, 16);
+    assert_eq!(r.target, "cuda -arch=sm_90");
+    assert!(
+        r.errors < r.trials,
+        "every GPU candidate failed: {} of {}",
+        r.errors,
+        r.trials
+    );
+    assert!(r.best_latency_s.is_some(), "no valid program");
+    // The best trace is a GPU program: it binds threads.
+    let best = r.best_trace.expect("a best trace");
+    assert!(
+        best.contains("threadIdx") || best.contains("ThreadX"),
+        "{best}"
+    );
+    let db = Database::open_read_only(&db_path).expect("db");
+    let records = db
+        .records(&spec.canonical(), "cuda -arch=sm_90")
+        .expect("records");
+    assert_eq!(records.len(), 16, "one record per trial under the cuda key");
+}
+
+/// A device that returns what the kernel computed, with one element changed: every
+/// candidate must come back a wrong result, not a timing.
+struct Corrupting(LockstepDevice);
+
+impl GpuDevice for Corrupting {
+    fn desc(&self) -> CudaDesc {
+        self.0.desc()
+    }
+    fn times_are_real(&self) -> bool {
+        false
+    }
+    fn run(
+        &mut self,
+        a: &CudaArtifact,
+        inputs: &[NdData],
+        o: &GpuTimingOptions,
+    ) -> Result<GpuRun, MeasureError> {
+        let mut r = self.0.run(a, inputs, o)?;
+        if let Some(out) = r.outputs.first_mut() {
+            if let tensortune::schedules::data::Data::F32(v) = &mut out.data {
+                if let Some(x) = v.get_mut(3) {
+                    *x += 1.0;
+                }
+            }
+        }
+        Ok(r)
+    }
+}
+
+#[test]
+fn a_device_that_returns_wrong_outputs_gets_wrong_result_records() {
+    let key = parse_cuda_key("cuda").expect("key");
+    let backend = CudaBackend::with_device(&key, Box::new(Corrupting(LockstepDevice::new(sm90()))))
+        .expect("backend");
+    let spec = WorkloadSpec::parse("matmul:M=16,N=16,K=8").expect("spec");
+    let dag = spec.build().expect("dag");
+    let (state, _) = tensortune::tuner::sketch::rules::default_schedule(&dag, backend.desc());
+    let f = tensortune::schedules::lower::lower(&state).expect("lowers");
+    let art = backend.compile(&f).expect("compiles");
+    assert!(art.ptx.contains(".entry"), "{}", art.ptx);
+    let got = backend.run(&dag, &[art], Purpose::Tuning, 3);
+    match &got[..] {
+        [Err(e)] => assert_eq!(e.kind, MeasureErrorKind::WrongResult, "{e}"),
+        other => panic!("expected one wrong result, got {other:?}"),
+    }
+}
+
+#[test]
+fn candidates_over_the_gpu_limits_are_compile_errors_before_llvm() {
+    let backend = lockstep_backend();
+    // The unbound schedule of a 64x64 matmul is one thread: valid. Bind 2048 threads to one
+    // block instead: over the 1024 limit, refused by the verifier.
+    let spec = WorkloadSpec::parse("matmul:M=64,N=32,K=8").expect("spec");
+    let dag = spec.build().expect("dag");
+    let mut s = tensortune::schedules::schedule::State::new(&dag);
+    let c = dag.outputs()[0];
+    let stage = s.position_of(c).expect("the output's stage") as u32;
+    s.fuse(stage, &[0, 1]).expect("fuse i, j");
+    s.bind(stage, 0, tensortune::schedules::ir::ThreadAxis::ThreadX)
+        .expect("bind");
+    let f = tensortune::schedules::lower::lower(&s).expect("lowers");
+    match backend.compile(&f) {
+        Err(e) => {
+            assert_eq!(e.kind, MeasureErrorKind::Compile);
+            assert!(
+                e.message.contains("2048") && e.message.contains("1024"),
+                "{e}"
+            );
+        }
+        Ok(_) => panic!("2048 threads in a block compiled"),
+    }
+}
+
+#[test]
+fn bad_cuda_keys_and_arch_mismatches_are_typed_errors() {
+    let unknown = parse_cuda_key("cuda -arch=sm_75").expect("parses");
+    match CudaBackend::offline(&unknown) {
+        Err(CudaTargetError::UnknownArch { arch, known }) => {
+            assert_eq!(arch, "sm_75");
+            assert!(known.iter().any(|k| k == "sm_90"));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        parse_cuda_key("llvm"),
+        Err(CudaTargetError::NotCuda(_))
+    ));
+    let other_arch = parse_cuda_key("cuda -arch=sm_80").expect("parses");
+    match CudaBackend::with_device(&other_arch, Box::new(LockstepDevice::new(sm90()))) {
+        Err(e @ CudaTargetError::ArchMismatch { .. }) => {
+            assert_eq!(e.to_string(), "the key names sm_80, the GPU is sm_90")
+        }
+        other => panic!("{other:?}"),
+    }
+    // Offline: compiles, but running is an error record, not a panic.
+    let offline = CudaBackend::offline(&parse_cuda_key("cuda").expect("key")).expect("sm_90");
+    assert_eq!(offline.arch(), "sm_90");
+    let dag = WorkloadSpec::parse("matmul:M=8,N=8,K=8")
+        .and_then(|s| s.build())
+        .expect("dag");
+    let (state, _) = tensortune::tuner::sketch::rules::default_schedule(&dag, offline.desc());
+    let art = offline
+        .compile(&tensortune::schedules::lower::lower(&state).expect("lowers"))
+        .expect("compiles");
+    let got = offline.run(&dag, &[art], Purpose::Tuning, 0);
+    assert!(matches!(&got[..], [Err(e)] if e.kind == MeasureErrorKind::Internal));
+}
