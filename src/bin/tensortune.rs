@@ -100,7 +100,7 @@ enum Command {
     Report(cli::report::ReportArgs),
     /// The learned cost model on a records database: held-out evaluation, training.
     Model(cli::model::ModelArgs),
-    /// Tune workloads on the host CPU into a records database.
+    /// Tune workloads on the host CPU or an NVIDIA GPU into a records database.
     Tune(cli::tune::TuneArgs),
     /// Compile a workload's default schedule, run it, and print latency and GFLOP/s.
     Run(cli::run::RunArgs),

@@ -10,6 +10,7 @@
 //! rejected input line where there are several) on stderr, never as a backtrace.
 
 pub mod codegen;
+mod gpu_dry_run;
 pub mod inspect;
 pub mod model;
 pub mod output;

@@ -1,10 +1,14 @@
-//! `tensortune tune`: tune workloads on the host CPU into a records database.
+//! `tensortune tune`: tune workloads on the host CPU, or an NVIDIA GPU (`--target cuda`), into a
+//! records database; `--target cuda --dry-run` checks GPU candidates without a GPU.
 
 use super::run::parse_workload;
 use super::{check_count, check_real, resolve_threads, CliError, MAX_SECONDS};
+use crate::backend::cuda::{CudaBackend, GpuDevice, WorkerDevice};
+use crate::backend::Backend;
 use crate::tune::{tune_dags, Target, TuneError};
 use std::io::Write;
 use std::path::PathBuf;
+use tensortune_schedules::target::{CudaKey, TargetKey};
 use tensortune_tuner::scheduler::Policy;
 use tensortune_tuner::TuneOptions;
 
@@ -18,9 +22,16 @@ pub struct TuneArgs {
     /// Repeat the flag to tune several together.
     #[arg(long = "workload", value_name = "SPEC[@WEIGHT]", required = true)]
     pub workloads: Vec<String>,
-    /// Target: `llvm` (the host CPU).
+    /// Target: `llvm` (the host CPU), or `cuda` / `cuda -arch=sm_XY` (an NVIDIA GPU through
+    /// the CUDA driver; see `--dry-run` for a machine without one).
     #[arg(long, default_value = "llvm")]
     pub target: String,
+    /// With a `cuda` target: no GPU and no database. Draw `--trials` candidates from the GPU
+    /// sketches, check them with the GPU verifier, make their PTX (assembled by `ptxas`
+    /// where one is found: `PTXAS`, the PATH, or the nvidia-cuda-nvcc-cu12 wheel), and run
+    /// those of small workloads in the lockstep GPU interpreter against the reference.
+    #[arg(long)]
+    pub dry_run: bool,
     /// Candidates to measure in all.
     #[arg(long, default_value_t = 64)]
     pub trials: usize,
@@ -112,8 +123,20 @@ pub fn tune(args: &TuneArgs, out: &mut dyn Write) -> Result<(), CliError> {
     if let Some(t) = args.time_budget {
         check_real("--time-budget", t, 0.0, MAX_SECONDS)?;
     }
-    let target =
-        Target::parse(&args.target, threads).map_err(|e| CliError::Usage(e.to_string()))?;
+    let cuda = match args.target.parse::<TargetKey>() {
+        Ok(TargetKey::Cuda(k)) => Some(k),
+        // A cuda key that does not parse: the key parser's own message names the bad option.
+        Err(e) if args.target.trim_start().starts_with("cuda") => {
+            return Err(CliError::Usage(e.to_string()))
+        }
+        _ => None,
+    };
+    if args.dry_run && cuda.is_none() {
+        return Err(CliError::Usage(format!(
+            "--dry-run is for cuda targets, not `{}`",
+            tensortune_schedules::text::single_line(&args.target)
+        )));
+    }
     if args.max_unrolled_statements < 0 {
         return Err(CliError::Usage(format!(
             "--max-unrolled-statements must be 0 (no limit) or positive, not {}",
@@ -147,7 +170,51 @@ pub fn tune(args: &TuneArgs, out: &mut dyn Write) -> Result<(), CliError> {
         task_scheduler,
         ..TuneOptions::default()
     };
-    let earlier = resume_points(&args.db, &tasks, &target.key())?;
+    match cuda {
+        Some(key) if args.dry_run => super::gpu_dry_run::dry_run(args, &key, &tasks, &opts, out),
+        Some(key) => {
+            let backend = cuda_backend(&key)?;
+            tune_on(args, tasks, &opts, &backend, out)
+        }
+        None => {
+            let target =
+                Target::parse(&args.target, threads).map_err(|e| CliError::Usage(e.to_string()))?;
+            tune_on(args, tasks, &opts, &target, out)
+        }
+    }
+}
+
+/// The CUDA backend of `key` on this machine's GPU, through a worker process; a usage error
+/// (exit 2, one line) where there is no CUDA driver or no GPU.
+fn cuda_backend(key: &CudaKey) -> Result<CudaBackend, CliError> {
+    let shown = TargetKey::Cuda(key.clone()).to_string();
+    let usage = |why: String| {
+        CliError::Usage(format!(
+            "cannot tune for `{shown}`: {why} (`--dry-run` makes and checks the PTX without a GPU)"
+        ))
+    };
+    crate::gpu::driver::driver_available().map_err(|e| usage(e.to_string()))?;
+    let cmd = crate::gpu::WorkerCommand::resolve().map_err(|e| usage(e.to_string()))?;
+    let device = WorkerDevice::start(cmd).map_err(|e| usage(e.to_string()))?;
+    log::info!(
+        target: crate::tune::PROGRESS_LOG_TARGET,
+        "tensortune: tuning on {} ({})",
+        device.name(),
+        device.desc().arch
+    );
+    CudaBackend::with_device(key, Box::new(device)).map_err(|e| usage(e.to_string()))
+}
+
+/// Tunes `tasks` on `backend` and reports: the part of `tensortune tune` every target shares.
+fn tune_on<B: Backend>(
+    args: &TuneArgs,
+    tasks: Vec<(String, tensortune_schedules::ComputeDag, f64)>,
+    opts: &TuneOptions,
+    backend: &B,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let key = backend.target_key().to_string();
+    let earlier = resume_points(&args.db, &tasks, &key)?;
     if !args.quiet {
         for (key, (trials, best)) in tasks.iter().map(|t| &t.0).zip(&earlier) {
             if *trials > 0 {
@@ -163,7 +230,7 @@ pub fn tune(args: &TuneArgs, out: &mut dyn Write) -> Result<(), CliError> {
             }
         }
     }
-    let reports = tune_dags(tasks, &target, &opts).map_err(|e| match e {
+    let reports = tune_dags(tasks, backend, opts).map_err(|e| match e {
         TuneError::Records(r) if r.is_user_error() => CliError::Usage(r.to_string()),
         // Met while the run was under way (a disk that filled, a lock held too long): the
         // same user's error as at the start.
