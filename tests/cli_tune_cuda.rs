@@ -45,6 +45,25 @@ fn tune_for_cuda_without_a_driver_is_one_line_and_exit_2() {
     }
     // Nothing was written: the run stopped before opening the database.
     assert!(!dir.path().join("t.db").exists());
+    let out = dir.path().join("c.npy");
+    let out = out.to_str().expect("utf-8 path");
+    let o = tensortune(&[
+        "run",
+        "--target",
+        "cuda",
+        "--workload",
+        "softmax:M=4,N=8",
+        "--output",
+        out,
+    ]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("tensortune: cannot run on `cuda`: no CUDA driver found"),
+        "{err}"
+    );
+    assert!(!dir.path().join("c.npy").exists());
 }
 
 #[test]

@@ -334,6 +334,27 @@ impl CudaBackend {
     }
 }
 
+impl CudaBackend {
+    /// Runs one compiled program on the backend's device with `inputs` (the DAG's, in
+    /// order): its outputs, unchecked, and its timings. An `internal` error without a device.
+    pub fn run_artifact(
+        &self,
+        artifact: &CudaArtifact,
+        inputs: &[NdData],
+        opts: &GpuTimingOptions,
+    ) -> Result<GpuRun, MeasureError> {
+        let internal = |m: &str| MeasureError::new(MeasureErrorKind::Internal, m);
+        let device = self
+            .device
+            .as_ref()
+            .ok_or_else(|| internal("no GPU device: this cuda backend only compiles"))?;
+        let mut device = device
+            .lock()
+            .map_err(|_| internal("the GPU device's lock was poisoned by an earlier panic"))?;
+        device.run(artifact, inputs, opts)
+    }
+}
+
 impl Backend for CudaBackend {
     type Artifact = CudaArtifact;
 

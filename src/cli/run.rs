@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use tensortune_schedules::data::{Data, NdData};
 use tensortune_schedules::ops::WorkloadSpec;
 use tensortune_schedules::schedule::State;
+use tensortune_schedules::target::{CudaKey, TargetKey};
 use tensortune_schedules::{ComputeDag, DType};
 
 /// Arguments of `tensortune run`.
@@ -36,6 +37,12 @@ pub struct RunArgs {
     /// Threads for parallel loops (0: every core).
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
+    /// Target: `llvm` (the host CPU with `--threads`) or `cuda` / `cuda -arch=sm_XY` (an
+    /// NVIDIA GPU through the CUDA driver: the best record of the cuda key with `--db`, else
+    /// the default GPU schedule; its output is checked against the reference before it is
+    /// timed).
+    #[arg(long, default_value = "llvm")]
+    pub target: String,
     /// Timings to take the median of.
     #[arg(long, default_value_t = 5)]
     pub repeat: usize,
@@ -71,6 +78,7 @@ fn schedule_from(
     spec: &WorkloadSpec,
     dag: &ComputeDag,
     target: &str,
+    default: impl FnOnce() -> State,
 ) -> Result<(State, &'static str), CliError> {
     if let Some(path) = db {
         let db = tensortune_records::Database::open_read_only(path)?;
@@ -83,7 +91,7 @@ fn schedule_from(
             }
         }
     }
-    Ok((State::new(dag), "default schedule"))
+    Ok((default(), "default schedule"))
 }
 
 pub(crate) fn parse_workload(spec: &str) -> Result<(WorkloadSpec, ComputeDag), CliError> {
@@ -115,13 +123,30 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<(), CliError> {
             .collect();
         super::output::refuse_clobbering(&inputs, &[("--output", o)])?;
     }
+    let cuda = match args.target.parse::<TargetKey>() {
+        Ok(TargetKey::Cuda(k)) => Some(k),
+        Err(e) if args.target.trim_start().starts_with("cuda") => {
+            return Err(CliError::Usage(e.to_string()))
+        }
+        _ => None,
+    };
+    // A CPU key may state its threads (`llvm -threads=4`); else `--threads` counts.
+    let threads = match &cuda {
+        Some(_) => threads,
+        None => crate::Target::parse(&args.target, threads)
+            .map_err(|e| CliError::Usage(e.to_string()))?
+            .threads(),
+    };
     let (tx, rx) = std::sync::mpsc::channel();
     let job = args.clone();
     std::thread::Builder::new()
         .name("tensortune-run".into())
         .spawn(move || {
             // The receiver is gone only after a timeout, when nobody waits for the result.
-            let _ = tx.send(measure(&job, threads));
+            let _ = tx.send(match &cuda {
+                Some(key) => measure_cuda(&job, key),
+                None => measure(&job, threads),
+            });
         })
         .map_err(|e| CliError::Internal(format!("cannot start the run's thread: {e}")))?;
     let result = match rx.recv_timeout(std::time::Duration::from_secs_f64(timeout)) {
@@ -144,14 +169,16 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<(), CliError> {
 fn measure(args: &RunArgs, threads: usize) -> Result<RunResult, CliError> {
     let (spec, dag) = parse_workload(&args.workload)?;
     let target = HostTarget::host().key(threads);
-    let (state, source) = schedule_from(args.db.as_deref(), &spec, &dag, &target)?;
+    let (state, source) = schedule_from(args.db.as_deref(), &spec, &dag, &target, || {
+        State::new(&dag)
+    })?;
     let kernel = Kernel::from_state(&state, &Default::default())
         .map_err(|e| CliError::Internal(e.to_string()))?;
     crate::measure::check_memory(&dag).map_err(|e| CliError::Usage(e.to_string()))?;
     let inputs = if args.inputs.is_empty() {
         random_inputs(&dag, 0).map_err(|e| CliError::Usage(e.message))?
     } else {
-        read_inputs(&kernel, &args.inputs)?
+        read_inputs(&kernel.inputs().collect::<Vec<_>>(), &args.inputs)?
     };
     // Out of memory is the workload's size, which the user chose: a usage error.
     let ins = inputs
@@ -193,6 +220,79 @@ fn measure(args: &RunArgs, threads: usize) -> Result<RunResult, CliError> {
     })
 }
 
+/// [`measure`] on a GPU: the program compiled to PTX and run by the CUDA worker, its first
+/// run's outputs checked against the reference, then timed with CUDA events.
+fn measure_cuda(args: &RunArgs, key: &CudaKey) -> Result<RunResult, CliError> {
+    use crate::backend::cuda::GpuTimingOptions;
+    use crate::backend::Backend;
+    use crate::measure::reference::{OutputView, Reference};
+    let (spec, dag) = parse_workload(&args.workload)?;
+    let backend = super::tune::cuda_backend(
+        key,
+        "run on",
+        " (`codegen --target cuda` makes the PTX without a GPU)",
+    )?;
+    let target = backend.target_key().to_string();
+    let (state, source) = schedule_from(args.db.as_deref(), &spec, &dag, &target, || {
+        tensortune_tuner::sketch::rules::default_schedule(&dag, backend.desc()).0
+    })?;
+    let func = tensortune_schedules::lower::lower(&state)
+        .map_err(|e| CliError::Internal(e.to_string()))?;
+    let artifact = backend
+        .compile(&func)
+        .map_err(|e| CliError::Internal(e.to_string()))?;
+    crate::measure::check_memory(&dag).map_err(|e| CliError::Usage(e.to_string()))?;
+    let program = crate::gpu::GpuProgram::from_lowered(&func, String::new())
+        .map_err(|e| CliError::Internal(e.to_string()))?;
+    let inputs = if args.inputs.is_empty() {
+        random_inputs(&dag, 0).map_err(|e| CliError::Usage(e.message))?
+    } else {
+        let params: Vec<crate::ParamSpec> = program
+            .inputs()
+            .map(|p| crate::ParamSpec {
+                name: p.name.clone(),
+                shape: p.shape.clone(),
+                dtype: p.dtype,
+                output: false,
+            })
+            .collect();
+        read_inputs(&params.iter().collect::<Vec<_>>(), &args.inputs)?
+    };
+    let opts = GpuTimingOptions {
+        repeat: args.repeat.max(1),
+        min_repeat_ms: args.min_repeat_ms.max(0.0),
+        ..GpuTimingOptions::for_purpose(crate::backend::Purpose::Final, backend.desc())
+    };
+    let run = backend
+        .run_artifact(&artifact, &inputs, &opts)
+        .map_err(|e| CliError::Internal(e.to_string()))?;
+    let check = MeasureOptions::default().check_options();
+    let reference =
+        Reference::new(&dag, &inputs, &check).map_err(|e| CliError::Internal(e.to_string()))?;
+    let views: Vec<OutputView<'_>> = run.outputs.iter().map(OutputView::of_nd).collect();
+    reference
+        .check(&views)
+        .map_err(|e| CliError::Internal(format!("the GPU kernel's output is wrong: {e}")))?;
+    let timing = tensortune_tuner::measure::Timing::from_repeats(run.times_s.clone(), run.number)
+        .ok_or_else(|| CliError::Internal("the GPU run reported no timings".into()))?;
+    if let Some(path) = &args.output {
+        let first = run
+            .outputs
+            .first()
+            .ok_or_else(|| CliError::Internal("the workload has no output".into()))?;
+        let b = AlignedBuffer::from_nd(first).map_err(|e| CliError::Usage(e.to_string()))?;
+        write_output(&b, path)?;
+    }
+    Ok(RunResult {
+        canonical: spec.canonical(),
+        target,
+        threads: 1,
+        source,
+        gflops: spec.flops() / timing.median_s / 1e9,
+        timing,
+    })
+}
+
 fn print_result(r: &RunResult, json: bool, out: &mut dyn Write) -> Result<(), CliError> {
     let io = |e: std::io::Error| CliError::Internal(e.to_string());
     let timing = &r.timing;
@@ -227,8 +327,7 @@ fn print_result(r: &RunResult, json: bool, out: &mut dyn Write) -> Result<(), Cl
     Ok(())
 }
 
-fn read_inputs(kernel: &Kernel, paths: &[PathBuf]) -> Result<Vec<NdData>, CliError> {
-    let params: Vec<_> = kernel.inputs().collect();
+fn read_inputs(params: &[&crate::ParamSpec], paths: &[PathBuf]) -> Result<Vec<NdData>, CliError> {
     if params.len() != paths.len() {
         return Err(CliError::Usage(format!(
             "the workload takes {} inputs ({}), got {} files",

@@ -173,7 +173,11 @@ pub fn tune(args: &TuneArgs, out: &mut dyn Write) -> Result<(), CliError> {
     match cuda {
         Some(key) if args.dry_run => super::gpu_dry_run::dry_run(args, &key, &tasks, &opts, out),
         Some(key) => {
-            let backend = cuda_backend(&key)?;
+            let backend = cuda_backend(
+                &key,
+                "tune for",
+                " (`--dry-run` makes and checks the PTX without a GPU)",
+            )?;
             tune_on(args, tasks, &opts, &backend, out)
         }
         None => {
@@ -185,14 +189,15 @@ pub fn tune(args: &TuneArgs, out: &mut dyn Write) -> Result<(), CliError> {
 }
 
 /// The CUDA backend of `key` on this machine's GPU, through a worker process; a usage error
-/// (exit 2, one line) where there is no CUDA driver or no GPU.
-fn cuda_backend(key: &CudaKey) -> Result<CudaBackend, CliError> {
+/// (exit 2, one line, "cannot `doing` KEY: why (hint)") where there is no CUDA driver or
+/// no GPU.
+pub(crate) fn cuda_backend(
+    key: &CudaKey,
+    doing: &str,
+    hint: &str,
+) -> Result<CudaBackend, CliError> {
     let shown = TargetKey::Cuda(key.clone()).to_string();
-    let usage = |why: String| {
-        CliError::Usage(format!(
-            "cannot tune for `{shown}`: {why} (`--dry-run` makes and checks the PTX without a GPU)"
-        ))
-    };
+    let usage = |why: String| CliError::Usage(format!("cannot {doing} `{shown}`: {why}{hint}"));
     crate::gpu::driver::driver_available().map_err(|e| usage(e.to_string()))?;
     let cmd = crate::gpu::WorkerCommand::resolve().map_err(|e| usage(e.to_string()))?;
     let device = WorkerDevice::start(cmd).map_err(|e| usage(e.to_string()))?;
