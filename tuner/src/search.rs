@@ -65,9 +65,14 @@ pub fn program_fingerprint(state: &State) -> Option<u64> {
 /// does not lower.
 pub fn lowered_program(state: &State) -> Option<(u64, i64)> {
     let f = tensortune_schedules::lower::lower(state).ok()?;
+    Some(program_of(&f))
+}
+
+/// [`lowered_program`] of a function already lowered.
+fn program_of(f: &tensortune_schedules::ir::LoweredFunc) -> (u64, i64) {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     f.to_string().hash(&mut h);
-    Some((h.finish(), f.body.unrolled_copies()))
+    (h.finish(), f.body.unrolled_copies())
 }
 
 /// The search space of one workload: its DAG and sketches.
@@ -77,13 +82,21 @@ pub struct SearchSpace {
     pub dag: ComputeDag,
     /// Its sketches.
     pub sketches: Vec<Sketch>,
+    /// On a GPU target, its description: a program the GPU verifier refuses (too many
+    /// threads or too much shared memory for a block, a race it can see) is not proposed,
+    /// since measuring it would only file a compile error and spend a trial.
+    pub gpu: Option<tensortune_schedules::target::CudaDesc>,
 }
 
 impl SearchSpace {
     /// The search space of a DAG on the CPU [`crate::sketch::rules::generate`] assumes.
     pub fn new(dag: ComputeDag, opts: &TuneOptions) -> SearchSpace {
         let sketches = crate::sketch::rules::generate(&dag, opts);
-        SearchSpace { dag, sketches }
+        SearchSpace {
+            dag,
+            sketches,
+            gpu: None,
+        }
     }
 
     /// The search space `rules` make of a DAG on `target`.
@@ -94,7 +107,11 @@ impl SearchSpace {
         rules: &[Box<dyn SketchRule>],
     ) -> SearchSpace {
         let sketches = crate::sketch::rules::generate_for(&dag, opts, target, rules);
-        SearchSpace { dag, sketches }
+        let gpu = match target {
+            TargetDesc::Cuda(d) => Some(d.clone()),
+            TargetDesc::Cpu(_) => None,
+        };
+        SearchSpace { dag, sketches, gpu }
     }
 
     /// Instantiates decisions of sketch `k`.
@@ -201,14 +218,17 @@ impl SearchSpace {
         let mut taken: HashSet<u64> = HashSet::new();
         // A new trace may still make a program measured before, or one already taken; a
         // program over `max_unrolled_statements` is not proposed at all.
-        let new_program = |c: &Candidate, taken: &mut HashSet<u64>| match lowered_program(&c.state)
-        {
-            Some((p, size)) => {
-                opts.max_unrolled_statements.is_none_or(|m| size <= m)
-                    && !measured.contains(&p)
-                    && taken.insert(p)
-            }
-            None => true,
+        let gpu = self.gpu.as_ref();
+        let new_program = |c: &Candidate, taken: &mut HashSet<u64>| {
+            let Ok(f) = tensortune_schedules::lower::lower(&c.state) else {
+                // Measured anyway: the lowering error becomes its record.
+                return true;
+            };
+            let (p, size) = program_of(&f);
+            opts.max_unrolled_statements.is_none_or(|m| size <= m)
+                && gpu.is_none_or(|d| tensortune_schedules::gpu::verify::verify_gpu(&f, d).is_ok())
+                && !measured.contains(&p)
+                && taken.insert(p)
         };
         for (fp, _, c) in ranked {
             if out.len() + n_random >= n {

@@ -266,3 +266,37 @@ fn no_program_over_the_unrolled_statement_limit_is_proposed() {
         "over the limit {limit}: {capped:?}"
     );
 }
+
+/// On a GPU target the search proposes only programs the GPU verifier accepts: at 4096³ most
+/// random tilings of a matmul stage more than 48 KiB of shared memory per block, and each
+/// of those would otherwise have been a trial spent on a compile error.
+#[test]
+fn on_a_gpu_only_verified_programs_are_proposed() {
+    use tensortune_schedules::gpu::verify::verify_gpu;
+    use tensortune_schedules::target::{CudaDesc, TargetDesc};
+    use tensortune_tuner::sketch::rules::gpu_rules;
+    let t = task("matmul:M=4096,N=4096,K=4096", 1.0);
+    let desc = CudaDesc::for_arch("sm_90").expect("sm_90");
+    let opts = TuneOptions {
+        population: 128,
+        generations: 2,
+        ..TuneOptions::default()
+    };
+    let space = SearchSpace::for_target(
+        t.dag.clone(),
+        &opts,
+        &TargetDesc::Cuda(desc.clone()),
+        &gpu_rules(),
+    );
+    assert_eq!(space.gpu.as_ref(), Some(&desc));
+    let measured = std::collections::HashSet::new();
+    let mut rng = rand::rngs::ChaCha8Rng::seed_from_u64(5);
+    let got = space.propose(&mut Flat, &measured, &[], 32, &opts, &mut rng);
+    assert!(got.len() >= 16, "only {} proposed", got.len());
+    for c in &got {
+        let f = tensortune_schedules::lower::lower(&c.state).expect("lowers");
+        if let Err(e) = verify_gpu(&f, &desc) {
+            panic!("a proposed program fails the GPU verifier: {e}");
+        }
+    }
+}
