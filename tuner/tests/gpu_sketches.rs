@@ -139,3 +139,48 @@ fn the_default_gpu_schedule_is_a_verified_sketch_draw_or_one_thread() {
         assert!(diff < 1e-4, "{spec}: differs by {diff}\n{f}");
     }
 }
+
+/// The default GPU schedule of a large matmul is a kernel worth launching: whole warps, at
+/// least two warps a block, a block for every multiprocessor, and an accumulator that fits
+/// in registers. Also prints how long `default_schedule` takes on the shapes the GPU check
+/// tunes (it runs before every `codegen --target cuda` without a record).
+#[test]
+fn the_default_gpu_schedule_of_a_large_matmul_fills_the_gpu() {
+    let TargetDesc::Cuda(desc) = sm90() else {
+        unreachable!("a cuda desc")
+    };
+    for spec in [
+        "matmul:M=512,N=512,K=512",
+        "matmul:M=4096,N=4096,K=4096",
+        "conv2d:N=16,C=64,H=56,W=56,K=64,R=3,S=3,stride=1,pad=1",
+    ] {
+        let d = dag(spec);
+        let t0 = std::time::Instant::now();
+        let (s, what) = default_schedule(&d, &desc);
+        let took = t0.elapsed();
+        let f = lower(&s).unwrap_or_else(|e| panic!("{spec}: {e}"));
+        let u = verify_gpu(&f, &desc).unwrap_or_else(|e| panic!("{spec}: {e}\n{f}"));
+        let blocks: u64 = u.launch.grid.iter().map(|&g| g as u64).product();
+        let threads = u.launch.threads_per_block();
+        eprintln!(
+            "{spec}: {what:?} in {took:?}: {blocks} blocks of {threads} threads, {} local \
+             bytes, {} shared bytes",
+            u.local_bytes, u.shared_bytes
+        );
+        assert!(
+            matches!(what, DefaultGpuSchedule::Sketch(_)),
+            "{spec}: {what:?}"
+        );
+        assert!(u.whole_warps, "{spec}: {threads} threads");
+        assert!(threads >= 64, "{spec}: {threads} threads");
+        assert!(
+            blocks >= desc.multiprocessors as u64,
+            "{spec}: {blocks} blocks"
+        );
+        assert!(
+            u.local_bytes <= 256,
+            "{spec}: {} local bytes",
+            u.local_bytes
+        );
+    }
+}
