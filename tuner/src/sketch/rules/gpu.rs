@@ -427,7 +427,7 @@ mod tests {
             },
             shared_bytes: 0,
             local_bytes,
-            whole_warps: threads % 32 == 0,
+            whole_warps: threads.is_multiple_of(32),
         }
     }
 
