@@ -16,6 +16,7 @@
 //!
 //! Set `LowerOptions::dump` to get the IR after each pass.
 
+mod allreduce;
 pub mod bound;
 pub mod partition;
 
@@ -56,6 +57,17 @@ pub enum LowerError {
         /// The stage.
         stage: String,
         /// Why.
+        why: String,
+    },
+    /// A reduce loop bound to `threadIdx.x` in a nest that a cross-thread reduction cannot
+    /// take.
+    #[error("stage `{stage}`: cross-thread reduction over `{iter}`: {why}")]
+    CrossThread {
+        /// The stage.
+        stage: String,
+        /// The reduce loop bound to `threadIdx.x`.
+        iter: String,
+        /// What stands in the way.
         why: String,
     },
     /// The lowered IR breaks an invariant (a bug in lowering).
@@ -402,17 +414,41 @@ impl<'a> Lowerer<'a> {
             .filter(|(l, _)| s.iter(*l).kind == IterKind::Reduce)
             .map(|(_, v)| v.var.id)
             .collect();
-        let (init, update) = self.stores(p, &body, store_index, preds, &reduce_vars);
-
         let kinds = loop_kinds(s, &leaf_vars, &attached)?;
-        let first_reduce = leaf_vars
+        let mut first_reduce = leaf_vars
             .iter()
             .position(|(l, _)| s.iter(*l).kind == IterKind::Reduce);
+        let mut stop = leaf_vars.len();
+        let (init, update) = match cross_thread_loop(s) {
+            Some(bound) => {
+                let f = first_reduce.unwrap_or(0);
+                let update = self.cross_thread(
+                    p,
+                    &body,
+                    store_index,
+                    preds,
+                    &reduce_vars,
+                    &leaf_vars,
+                    &kinds,
+                    &attached,
+                    f,
+                    bound,
+                )?;
+                // The whole reduction is one statement at the first reduce loop: no init
+                // nest, and the loops from there on are the reduction's own.
+                stop = f;
+                first_reduce = None;
+                (None, update)
+            }
+            None => self.stores(p, &body, store_index, preds, &reduce_vars),
+        };
+
         let mut nest = NestCtx {
             leaf_vars: &leaf_vars,
             kinds: &kinds,
             attached: &attached,
             first_reduce,
+            stop,
             init,
             update: Some(update),
             is_reduce: &leaf_vars
@@ -434,7 +470,9 @@ impl<'a> Lowerer<'a> {
         let st = self.state;
         let s = &st.stages()[p];
         let mut attached: Vec<Vec<usize>> = vec![Vec::new(); s.leaves.len()];
-        for (q, other) in st.stages().iter().enumerate() {
+        // Consumers first: a stage read by another stage attached at the same loop (softmax's
+        // row maximum, read by the row sum beside it) takes that reader's region into its own.
+        for (q, other) in st.stages().iter().enumerate().rev() {
             let Location::At { tensor, iter } = other.location else {
                 continue;
             };
@@ -447,8 +485,17 @@ impl<'a> Lowerer<'a> {
                     why: format!("its loop in `{}` is no longer a loop", s.name()),
                 });
             };
+            let mut accesses = Vec::new();
+            let mut sibling_vars: Vec<(u32, i64)> = Vec::new();
             for c in st.effective_consumers(other.tensor) {
-                if c != s.tensor {
+                let beside = self.pos.get(&c).is_some_and(|&cp| {
+                    cp > q
+                        && st.stages()[cp].location == other.location
+                        && self.regions.contains_key(&c)
+                });
+                if beside {
+                    self.sibling_accesses(c, other.tensor, &mut accesses, &mut sibling_vars);
+                } else if c != s.tensor {
                     let reader = self.pos.get(&c).map(|&i| st.stages()[i].name().to_string());
                     return Err(LowerError::AttachedElsewhere {
                         stage: other.name().to_string(),
@@ -471,7 +518,7 @@ impl<'a> Lowerer<'a> {
                     .map(|(_, v)| (v.var.id, v.extent));
                 inner.extend(self.thread_loops.iter().copied().chain(own));
             }
-            let mut accesses = Vec::new();
+            inner.extend(sibling_vars);
             body.visit(&mut |e| {
                 if let Expr::Load {
                     tensor, indices, ..
@@ -492,6 +539,10 @@ impl<'a> Lowerer<'a> {
                 // A global temporary computed inside a thread's loops is that thread's own:
                 // its storage is too (a kernel cannot allocate device memory per thread).
                 b.scope = Scope::Local;
+            } else if b.scope == Scope::Global && cross_thread_loop(other).is_some() {
+                // A cross-thread reduction computed in a block's loops is the block's: every
+                // thread of it reads the result, so it lives in shared memory.
+                b.scope = Scope::Shared;
             }
             let extents: Vec<i64> = reg.iter().map(|r| r.extent).collect();
             b.shape = in_storage_order(&extents, other.storage_order.as_deref());
@@ -499,8 +550,143 @@ impl<'a> Lowerer<'a> {
             self.regions.insert(other.tensor, reg);
             attached[lp].push(q);
         }
-
+        // Emitted in stage order: producers before their readers.
+        for a in &mut attached {
+            a.reverse();
+        }
         Ok(attached)
+    }
+
+    /// The loads of `producer` in the body of stage `c`, attached at the same loop and with
+    /// its region already inferred, in terms of the loops around that attach point: each of
+    /// `c`'s axes becomes its region's base plus a variable over the region's extent, each
+    /// reduce axis a variable over its extent. The variables (ids from `u32::MAX` down, never
+    /// a loop's) and their extents are added to `vars`.
+    fn sibling_accesses(
+        &self,
+        c: TensorId,
+        producer: TensorId,
+        out: &mut Vec<Vec<Expr>>,
+        vars: &mut Vec<(u32, i64)>,
+    ) {
+        let Some(&cp) = self.pos.get(&c) else { return };
+        let cs = &self.state.stages()[cp];
+        let (Some((axes, _)), Some(Some(body)), Some(region)) =
+            (cs.op.compute(), self.eff.get(cp), self.regions.get(&c))
+        else {
+            return;
+        };
+        let mut map: HashMap<u32, Expr> = HashMap::default();
+        let mut next = u32::MAX - vars.len() as u32;
+        let mut range = |extent: i64, vars: &mut Vec<(u32, i64)>| {
+            let v = Var::new(next, "region");
+            next -= 1;
+            vars.push((v.id, extent));
+            Expr::Var(v)
+        };
+        for (d, a) in axes.iter().enumerate() {
+            let r = &region[d];
+            let v = range(r.extent, vars);
+            map.insert(a.var.id, if r.full { v } else { r.base.clone() + v });
+        }
+        for a in cs.op.reduce_axes() {
+            let v = range(a.extent, vars);
+            map.insert(a.var.id, v);
+        }
+        body.substitute(&|v| map.get(&v.id).cloned())
+            .visit(&mut |e| {
+                if let Expr::Load {
+                    tensor, indices, ..
+                } = e
+                {
+                    if *tensor == producer {
+                        out.push(indices.clone());
+                    }
+                }
+            });
+    }
+
+    /// The statement of a cross-thread reduction ([`allreduce`]) for stage `p`, whose loop
+    /// `bound` (a reduce loop bound to `threadIdx.x`) is at or after its first reduce loop
+    /// `first`; an error where the nest has spatial loops or attached stages among its reduce
+    /// loops.
+    #[allow(clippy::too_many_arguments)]
+    fn cross_thread(
+        &mut self,
+        p: usize,
+        body: &Expr,
+        store_index: Expr,
+        preds: Vec<Expr>,
+        reduce_vars: &[u32],
+        leaf_vars: &[(IterId, IterVar)],
+        kinds: &[ForKind],
+        attached: &[Vec<usize>],
+        first: usize,
+        bound: usize,
+    ) -> Result<Stmt, LowerError> {
+        let s = &self.state.stages()[p];
+        let bad = |why: &str| LowerError::CrossThread {
+            stage: s.name().to_string(),
+            iter: s.iter(leaf_vars[bound].0).name.clone(),
+            why: why.to_string(),
+        };
+        if leaf_vars[first..]
+            .iter()
+            .any(|(l, _)| s.iter(*l).kind != IterKind::Reduce)
+        {
+            return Err(bad("a spatial loop is inside the reduce loops"));
+        }
+        if attached[first..].iter().any(|a| !a.is_empty()) {
+            return Err(bad("a stage is computed inside the reduce loops"));
+        }
+        let Expr::Reduce {
+            combiner, source, ..
+        } = body
+        else {
+            return Err(bad("the stage is not a reduction"));
+        };
+        let out = self.buf_of[&s.tensor];
+        let dtype = s.op.dtype;
+        let spatial_preds = preds
+            .iter()
+            .filter(|e| !reduce_vars.iter().any(|&v| e.uses_var(v)))
+            .cloned()
+            .collect();
+        let threads = leaf_vars[bound].1.extent;
+        let temp = |l: &mut Self, suffix: &str, shape: i64, scope: Scope| {
+            let id = BufId(l.bufs.len() as u32);
+            l.bufs.push(BufferDecl {
+                name: format!("{}.{suffix}", s.name()),
+                dtype,
+                shape: vec![shape],
+                scope,
+                kind: BufKind::Temp,
+                row_pad: 0,
+            });
+            id
+        };
+        let red = temp(self, "red", threads, Scope::Shared);
+        let acc = temp(self, "acc", 1, Scope::Local);
+        let x = allreduce::CrossThread {
+            combiner: *combiner,
+            dtype,
+            source: self.to_buf_loads(source),
+            preds,
+            spatial_preds,
+            out,
+            out_scope: self.bufs[out.0 as usize].scope,
+            out_index: store_index,
+            red,
+            acc,
+        };
+        let loops: Vec<(Var, i64, ForKind)> = leaf_vars[first..]
+            .iter()
+            .zip(&kinds[first..])
+            .map(|((_, v), &k)| (v.var, v.extent, k))
+            .collect();
+        Ok(allreduce::emit(x, &loops, bound - first, &mut |n| {
+            self.fresh(n)
+        }))
     }
 
     /// The statements of stage `p`'s body: its initialization (a reduction's identity,
@@ -598,7 +784,7 @@ impl<'a> Lowerer<'a> {
             let main_nest = self.nest(c, q, true)?;
             return Ok(Stmt::seq(vec![init, main_nest]));
         }
-        if q == c.leaf_vars.len() {
+        if q == c.stop {
             return c
                 .update
                 .take()
@@ -632,9 +818,11 @@ impl<'a> Lowerer<'a> {
     fn loop_body(&mut self, c: &mut NestCtx, q: usize, main: bool) -> Result<Stmt, LowerError> {
         let mut inner = vec![];
         let mut allocs = vec![];
-        let shared = c.attached[q]
-            .iter()
-            .any(|&a| self.state.stages()[a].scope == Scope::Shared);
+        // By the buffer's scope: lowering puts an attached cross-thread reduction in shared
+        // memory too (see `attach`).
+        let shared = c.attached[q].iter().any(|&a| {
+            self.bufs[self.buf_of[&self.state.stages()[a].tensor].0 as usize].scope == Scope::Shared
+        });
         if shared {
             inner.push(Stmt::Sync);
         }
@@ -716,9 +904,21 @@ struct NestCtx<'a> {
     kinds: &'a [ForKind],
     attached: &'a [Vec<usize>],
     first_reduce: Option<usize>,
+    /// Where the loops end and the update goes: every loop, or the first reduce loop of a
+    /// cross-thread reduction (whose statement holds the reduce loops).
+    stop: usize,
     init: Option<Stmt>,
     update: Option<Stmt>,
     is_reduce: &'a Vec<bool>,
+}
+
+/// The position among `s`'s loops of its reduce loop bound to `threadIdx.x` (a cross-thread
+/// reduction), if it has one.
+fn cross_thread_loop(s: &crate::schedule::Stage) -> Option<usize> {
+    s.leaves.iter().position(|&l| {
+        let it = s.iter(l);
+        it.kind == IterKind::Reduce && it.annotation == Some(Annotation::Bind(ThreadAxis::ThreadX))
+    })
 }
 
 /// True for a loop bound to a thread (not block, not virtual thread) axis.

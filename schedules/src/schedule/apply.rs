@@ -293,7 +293,20 @@ impl State {
                 "it has no consumer (an output cannot be attached)".into()
             ));
         }
-        if consumers != [t.tensor] {
+        // Every reader is the target, or a stage already computed at the same loop (it is
+        // emitted after this one there, and the region covers what it reads: softmax's row
+        // maximum beside the row sum that reads it).
+        let here = Location::At {
+            tensor: t.tensor,
+            iter: id,
+        };
+        let encloses = consumers.iter().all(|&c| {
+            c == t.tensor
+                || self
+                    .position_of(c)
+                    .is_some_and(|p| p > stage as usize && self.stages[p].location == here)
+        });
+        if !consumers.contains(&t.tensor) || !encloses {
             let names: Vec<String> = consumers
                 .iter()
                 .filter_map(|c| self.position_of(*c))
@@ -543,7 +556,11 @@ impl State {
         if it.annotation.is_some() {
             return Err(bad("the loop is already annotated"));
         }
-        if it.kind == IterKind::Reduce && ann != Annotation::Unroll {
+        // A reduce loop bound to `threadIdx.x` is a cross-thread reduction: each thread
+        // accumulates its share and lowering combines the partials through shared memory
+        // (`lower::allreduce`), so its iterations need not be independent.
+        let cross_thread = ann == Annotation::Bind(crate::ir::ThreadAxis::ThreadX);
+        if it.kind == IterKind::Reduce && ann != Annotation::Unroll && !cross_thread {
             return Err(bad(
                 "it is a reduce loop (its iterations are not independent)",
             ));
