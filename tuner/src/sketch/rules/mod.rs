@@ -26,6 +26,7 @@
 
 mod builder;
 mod gpu;
+mod gpu_reduce;
 mod inline;
 mod multi_level_tiling;
 mod plain;
@@ -36,6 +37,7 @@ pub use gpu::{
     default_schedule, AutoBind, DefaultGpuSchedule, GpuInline, GpuTiling, DEFAULT_DRAWS,
     GPU_UNROLL_STEPS,
 };
+pub use gpu_reduce::CrossThreadReduction;
 pub use inline::AlwaysInline;
 pub use multi_level_tiling::{MultiLevelTiling, StructureError};
 pub use plain::Plain;
@@ -134,8 +136,16 @@ pub fn cpu_rules() -> Vec<Box<dyn SketchRule>> {
 }
 
 /// The GPU's rules, in the order they are asked (see [`GpuTiling`] and the others' docs).
+/// [`CrossThreadReduction`] comes after the tiling (which takes reductions with reuse) and
+/// before [`AutoBind`]: it takes softmax's stages alone, and adds its variant of an output
+/// reduction beside AutoBind's.
 pub fn gpu_rules() -> Vec<Box<dyn SketchRule>> {
-    vec![Box::new(GpuInline), Box::new(GpuTiling), Box::new(AutoBind)]
+    vec![
+        Box::new(GpuInline),
+        Box::new(GpuTiling),
+        Box::new(CrossThreadReduction),
+        Box::new(AutoBind),
+    ]
 }
 
 /// The sketches of `dag` on the CPU the search assumes when given no target: 512-bit vectors
