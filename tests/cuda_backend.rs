@@ -64,6 +64,42 @@ fn tune_on_the_lockstep_device_checks_every_candidate_and_files_cuda_records() {
         .records(&spec.canonical(), "cuda -arch=sm_90")
         .expect("records");
     assert_eq!(records.len(), 16, "one record per trial under the cuda key");
+
+    // Reuse: the best record, compiled for the GPU, runs and computes what the evaluator does.
+    let k = backend
+        .kernel_from_records(&db, &spec, tensortune::Missing::Error)
+        .expect("a cuda kernel from the records");
+    assert!(k.source.starts_with("record #"), "{}", k.source);
+    let dag = spec.build().expect("dag");
+    let inputs = tensortune::measure::random_inputs(&dag, 9).expect("inputs");
+    let got = backend.run_kernel(&k, &inputs).expect("runs");
+    let want = tensortune::schedules::eval::evaluate(&dag, &inputs).expect("evaluates");
+    assert_eq!(got.len(), want.len());
+    let (tensortune::schedules::data::Data::F32(g), tensortune::schedules::data::Data::F32(w)) =
+        (&got[0].data, &want[0].data)
+    else {
+        panic!("f32 outputs");
+    };
+    for (a, b) in g.iter().zip(w) {
+        assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "{a} vs {b}");
+    }
+
+    // Another workload has no record: an error, or the default GPU schedule on request.
+    let other = WorkloadSpec::parse("matmul:M=8,N=8,K=8").expect("spec");
+    match backend.kernel_from_records(&db, &other, tensortune::Missing::Error) {
+        Err(tensortune::backend::cuda::CudaKernelError::Reuse(e)) => {
+            assert!(e.to_string().contains("matmul"), "{e}")
+        }
+        other => panic!("{other:?}"),
+    }
+    let k = backend
+        .kernel_from_records(&db, &other, tensortune::Missing::Fallback)
+        .expect("the default GPU schedule");
+    assert_eq!(k.source, "default GPU schedule");
+    // The records of a cuda key are not a CPU build's: asking for them ahead of time is a
+    // typed error naming the target.
+    let e = tensortune::build::check_target("cuda -arch=sm_90").expect_err("cuda is not built");
+    assert!(e.to_string().contains("only `llvm` (CPU) targets"), "{e}");
 }
 
 /// A device that returns what the kernel computed, with one element changed: every

@@ -355,6 +355,126 @@ impl CudaBackend {
     }
 }
 
+/// A GPU program chosen from records (or the default GPU schedule) and compiled, ready to
+/// run on a [`CudaBackend`]'s device: the GPU counterpart of [`crate::Kernel::from_records`].
+#[derive(Clone, Debug)]
+pub struct CudaKernel {
+    /// The compiled program.
+    pub artifact: CudaArtifact,
+    /// Where its schedule came from: a record (`record #ID ...`) or `default GPU schedule`.
+    pub source: String,
+}
+
+/// Why no [`CudaKernel`] could be made or run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CudaKernelError {
+    /// Choosing the record failed (no record, a database error, a bad workload).
+    #[error(transparent)]
+    Reuse(#[from] crate::build::ReuseError),
+    /// The chosen schedule does not lower, verify or compile for this GPU (a record from
+    /// another GPU, or from a damaged database).
+    #[error("`{workload}` from {origin}: {error}")]
+    Compile {
+        /// The workload's canonical spec.
+        workload: String,
+        /// Where the schedule came from.
+        origin: String,
+        /// What failed.
+        error: MeasureError,
+    },
+    /// The kernel did not run (no device, a fault, a timeout).
+    #[error("running the kernel: {0}")]
+    Run(MeasureError),
+}
+
+impl CudaBackend {
+    /// The best record of `workload` for this backend's key in `db`, compiled; where there
+    /// is none, the default GPU schedule ([`tensortune_tuner::sketch::rules::default_schedule`])
+    /// with a warning if `missing` is [`crate::Missing::Fallback`], else the error.
+    pub fn kernel_from_records(
+        &self,
+        db: &tensortune_records::Database,
+        workload: &tensortune_schedules::ops::WorkloadSpec,
+        missing: crate::Missing,
+    ) -> Result<CudaKernel, CudaKernelError> {
+        use crate::build::ReuseError;
+        let key = self.target_key().to_string();
+        // `Missing::Error` always: the generic fallback is the CPU's default schedule (one
+        // thread), not the GPU's.
+        match crate::build::choose(db, workload, &key, crate::Missing::Error) {
+            Ok(choice) => {
+                for w in &choice.warnings {
+                    log::warn!("{w}");
+                }
+                self.kernel_of(workload, &choice.func, choice.source.to_string())
+            }
+            Err(e @ (ReuseError::NoRecord { .. } | ReuseError::NoTarget { .. }))
+                if missing == crate::Missing::Fallback =>
+            {
+                log::warn!("{e}; using the default GPU schedule");
+                self.default_kernel(workload)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The default GPU schedule of `workload`, compiled.
+    pub fn default_kernel(
+        &self,
+        workload: &tensortune_schedules::ops::WorkloadSpec,
+    ) -> Result<CudaKernel, CudaKernelError> {
+        let dag = workload
+            .build()
+            .map_err(|source| crate::build::ReuseError::Spec {
+                spec: workload.canonical(),
+                source,
+            })?;
+        let (state, _) = tensortune_tuner::sketch::rules::default_schedule(&dag, &self.desc);
+        let func =
+            tensortune_schedules::lower::lower(&state).map_err(|e| CudaKernelError::Compile {
+                workload: workload.canonical(),
+                origin: "default GPU schedule".into(),
+                error: MeasureError::new(MeasureErrorKind::Lower, e.to_string()),
+            })?;
+        self.kernel_of(workload, &func, "default GPU schedule".into())
+    }
+
+    fn kernel_of(
+        &self,
+        workload: &tensortune_schedules::ops::WorkloadSpec,
+        func: &LoweredFunc,
+        source: String,
+    ) -> Result<CudaKernel, CudaKernelError> {
+        match self.compile(func) {
+            Ok(artifact) => Ok(CudaKernel { artifact, source }),
+            Err(error) => Err(CudaKernelError::Compile {
+                workload: workload.canonical(),
+                origin: source,
+                error,
+            }),
+        }
+    }
+
+    /// Runs `kernel` once on host arrays `inputs` (the workload's inputs, in order) and
+    /// returns its outputs.
+    pub fn run_kernel(
+        &self,
+        kernel: &CudaKernel,
+        inputs: &[NdData],
+    ) -> Result<Vec<NdData>, CudaKernelError> {
+        let once = GpuTimingOptions {
+            repeat: 1,
+            min_repeat_ms: 0.0,
+            l2_flush_bytes: 0,
+            ..GpuTimingOptions::for_purpose(Purpose::Tuning, &self.desc)
+        };
+        self.run_artifact(&kernel.artifact, inputs, &once)
+            .map(|r| r.outputs)
+            .map_err(CudaKernelError::Run)
+    }
+}
+
 impl Backend for CudaBackend {
     type Artifact = CudaArtifact;
 
