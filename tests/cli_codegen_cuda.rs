@@ -275,7 +275,7 @@ fn cuda_db(dir: &std::path::Path, spec: &WorkloadSpec, target: &str) -> PathBuf 
 fn codegen_and_show_read_a_record_of_a_cuda_key() {
     let dir = tempfile::tempdir().expect("temp dir");
     let spec = WorkloadSpec::parse("matmul:M=32,N=32,K=16").expect("spec");
-    let db = cuda_db(dir.path(), &spec, "cuda");
+    let db = cuda_db(dir.path(), &spec, "cuda -arch=sm_90");
     let db_arg = db.display().to_string();
     let canonical = spec.canonical();
     let ptx = stdout_of_success(

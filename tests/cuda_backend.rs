@@ -84,6 +84,41 @@ fn tune_on_the_lockstep_device_checks_every_candidate_and_files_cuda_records() {
         assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "{a} vs {b}");
     }
 
+    // The command line finds those records under the short key `cuda` (sm_90 offline) too.
+    let cli = |target: &str, cmd: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_tensortune"))
+            .args([
+                cmd,
+                "--target",
+                target,
+                "--workload",
+                &spec.canonical(),
+                "--db",
+            ])
+            .arg(&db_path)
+            .args(if cmd == "codegen" {
+                &["--emit", "ptx"][..]
+            } else {
+                &[][..]
+            })
+            .output()
+            .expect("tensortune runs")
+    };
+    for cmd in ["codegen", "show"] {
+        let o = cli("cuda", cmd);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(0), "{cmd}: {err}");
+        let o = cli("cuda -arch=sm_86", cmd);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(
+            o.status.code(),
+            Some(2),
+            "{cmd} for sm_86 has no record: {err}"
+        );
+    }
+    let shown = String::from_utf8_lossy(&cli("cuda", "show").stdout).into_owned();
+    assert!(shown.contains("threadIdx"), "{shown}");
+
     // Another workload has no record: an error, or the default GPU schedule on request.
     let other = WorkloadSpec::parse("matmul:M=8,N=8,K=8").expect("spec");
     match backend.kernel_from_records(&db, &other, tensortune::Missing::Error) {

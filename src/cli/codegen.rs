@@ -231,6 +231,15 @@ pub(crate) fn cuda_desc(key: &CudaKey) -> Result<CudaDesc, CliError> {
 
 /// `tensortune codegen` for a CUDA target: the program (best record or default GPU
 /// schedule), checked by the GPU verifier, as loop IR, NVPTX LLVM IR or PTX.
+/// The key records of `key` are filed under: its architecture spelled out, as the CUDA
+/// backend files them (`cuda` is `cuda -arch=sm_90` offline, the device's own arch on a GPU).
+pub(crate) fn cuda_record_key(key: &CudaKey) -> String {
+    TargetKey::Cuda(CudaKey {
+        arch: Some(key.arch_or_default().to_string()),
+    })
+    .to_string()
+}
+
 fn codegen_cuda(
     args: &CodegenArgs,
     spec: &WorkloadSpec,
@@ -245,8 +254,7 @@ fn codegen_cuda(
     }
     let desc = cuda_desc(key)?;
     let arch = key.arch_or_default();
-    // Records are filed under the key as given, as for CPU targets.
-    let target = args.target.clone().unwrap_or_else(|| "cuda".into());
+    let target = cuda_record_key(key);
     let symbol = symbol_name(spec);
     let from_db = match &args.db {
         Some(p) => {

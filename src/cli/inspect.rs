@@ -71,10 +71,13 @@ pub fn workloads(_args: &WorkloadsArgs, out: &mut dyn Write) -> Result<(), CliEr
 /// verifier's count of threads and memory.
 pub fn show(args: &ShowArgs, out: &mut dyn Write) -> Result<(), CliError> {
     let (w, dag) = parse_workload(&args.workload)?;
-    let target = args.target.clone().unwrap_or_else(|| Target::host(1).key());
+    let mut target = args.target.clone().unwrap_or_else(|| Target::host(1).key());
     // A key that does not parse is still looked up as given (records are filed by text).
     let cuda = match target.parse::<TargetKey>() {
-        Ok(TargetKey::Cuda(k)) => Some(super::codegen::cuda_desc(&k)?),
+        Ok(TargetKey::Cuda(k)) => {
+            target = super::codegen::cuda_record_key(&k);
+            Some(super::codegen::cuda_desc(&k)?)
+        }
         _ => None,
     };
     let key = w.canonical();
