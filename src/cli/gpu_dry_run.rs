@@ -44,8 +44,11 @@ struct DryRunReport {
     simulated_right: usize,
     /// Ran in the interpreter and did not (wrong, a race, a divergent barrier).
     simulated_wrong: usize,
-    /// The first reasons candidates failed, one line each.
+    /// The first reasons candidates were refused or invalid, one line each.
     reasons: Vec<String>,
+    /// The first reasons simulated candidates were wrong (a bug of the GPU path, never of
+    /// the candidate: a verified program must compute the reference).
+    wrong: Vec<String>,
     /// Why nothing was simulated, if so.
     not_simulated: Option<String>,
 }
@@ -156,6 +159,9 @@ pub(crate) fn dry_run(
         .map_err(io)?;
         for why in &r.reasons {
             writeln!(out, "  e.g. {why}").map_err(io)?;
+        }
+        for why in &r.wrong {
+            writeln!(out, "  wrong: {why}").map_err(io)?;
         }
         for e in &r.ptxas_errors {
             writeln!(out, "  ptxas: {e}").map_err(io)?;
@@ -271,7 +277,10 @@ fn dry_run_one(
             Ok(()) => r.simulated_right += 1,
             Err(e) => {
                 r.simulated_wrong += 1;
-                r.note(e.to_string());
+                if r.wrong.len() < 3 {
+                    r.wrong
+                        .push(tensortune_schedules::text::single_line(&e.to_string()).to_string());
+                }
             }
         }
     }
