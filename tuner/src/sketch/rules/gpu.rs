@@ -17,9 +17,10 @@
 //!   has one, else its spatial loops fused, split by a thread count and bound to
 //!   `blockIdx.x` / `threadIdx.x`; its reduction (if any) runs serially in each thread.
 //!
-//! Not covered yet: a stage read by several stages that is not an output (softmax's row
-//! maximum): it would be a second root loop nest, whose results other blocks read in the
-//! same launch. Such a DAG gets no GPU sketch from these rules (see [`AutoBind::applies`]).
+//! A stage read by several stages that is not an output (softmax's row maximum) is left to
+//! `CrossThreadReduction` (`gpu_reduce.rs`), which computes it per row inside the block as a
+//! cross-thread reduction; [`AutoBind`] does not bind it, since as a second root loop nest
+//! its results would be read by other blocks in the same launch (see [`AutoBind::applies`]).
 
 use super::{Applies, RuleContext, RuleError, SketchBuilder, SketchRule, Variant};
 use crate::sketch::{ChoiceKind, SketchStep};
