@@ -34,8 +34,8 @@ mod rfactor;
 
 pub use builder::SketchBuilder;
 pub use gpu::{
-    default_schedule, AutoBind, DefaultGpuSchedule, GpuInline, GpuTiling, DEFAULT_DRAWS,
-    GPU_UNROLL_STEPS,
+    default_schedule, AutoBind, DefaultGpuSchedule, DefaultScore, GpuInline, GpuTiling,
+    DEFAULT_DRAWS, DEFAULT_LOCAL_BYTES, DEFAULT_THREADS, GPU_UNROLL_STEPS, MAX_THREADS,
 };
 pub use gpu_reduce::CrossThreadReduction;
 pub use inline::AlwaysInline;
