@@ -56,27 +56,7 @@ const SPECS: [&str; 8] = [
 /// `ptxas`: `$PTXAS`, else on `PATH`, else in the `nvidia-cuda-nvcc-cu12` wheel of `python3`
 /// (as tests/gpu_verify.rs finds it).
 fn find_ptxas() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("PTXAS") {
-        return Some(PathBuf::from(p));
-    }
-    let on_path = Command::new("ptxas").arg("--version").output();
-    if on_path.is_ok_and(|o| o.status.success()) {
-        return Some(PathBuf::from("ptxas"));
-    }
-    // A namespace package: its directory is `__path__[0]`, there is no `__file__`.
-    let out = Command::new("python3")
-        .args([
-            "-c",
-            "import nvidia.cuda_nvcc as m; print(list(m.__path__)[0])",
-        ])
-        .output()
-        .ok()?;
-    if !out.status.success() {
-        return None;
-    }
-    let dir = String::from_utf8(out.stdout).ok()?;
-    let p = PathBuf::from(dir.trim()).join("bin").join("ptxas");
-    p.is_file().then_some(p)
+    tensortune::codegen::nvptx::find_ptxas()
 }
 
 /// Assembles `ptx` with `ptxas -arch=sm_90`; `false` (and a message) without a `ptxas`.

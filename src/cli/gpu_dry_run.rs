@@ -13,7 +13,7 @@ use crate::measure::MeasureOptions;
 use rand::SeedableRng;
 use rayon::prelude::*;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use tensortune_schedules::gpu::interp::MAX_WORK;
 use tensortune_schedules::lower::lower;
@@ -62,34 +62,6 @@ impl DryRunReport {
     }
 }
 
-/// A `ptxas` to assemble with: `PTXAS`, else one on the PATH, else the one of the
-/// nvidia-cuda-nvcc-cu12 wheel of `python3`.
-pub(crate) fn find_ptxas() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("PTXAS") {
-        return Some(PathBuf::from(p));
-    }
-    let runs = |p: &Path| {
-        Command::new(p)
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success())
-    };
-    if runs(Path::new("ptxas")) {
-        return Some(PathBuf::from("ptxas"));
-    }
-    // The wheel is a namespace package: its folder is `__path__[0]`, there is no __file__.
-    let out = Command::new("python3")
-        .args([
-            "-c",
-            "import nvidia.cuda_nvcc as m; print(list(m.__path__)[0])",
-        ])
-        .output()
-        .ok()?;
-    let dir = String::from_utf8(out.stdout).ok()?;
-    let p = PathBuf::from(dir.trim()).join("bin").join("ptxas");
-    (out.status.success() && runs(&p)).then_some(p)
-}
-
 /// Assembles `ptx` for `arch`; the first line of ptxas's complaint when it refuses.
 fn assemble(ptxas: &Path, ptx: &str, arch: &str) -> Result<(), String> {
     use std::sync::atomic::{AtomicU64, Ordering};
@@ -131,7 +103,7 @@ pub(crate) fn dry_run(
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
     let backend = CudaBackend::offline(key).map_err(|e| CliError::Usage(e.to_string()))?;
-    let ptxas = find_ptxas();
+    let ptxas = crate::codegen::nvptx::find_ptxas();
     let io = |e: std::io::Error| CliError::Internal(e.to_string());
     for (workload, dag, _) in tasks {
         let r = dry_run_one(&backend, workload, dag, opts, args.trials, ptxas.as_deref());

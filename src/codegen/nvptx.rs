@@ -1142,3 +1142,33 @@ fn constant(cx: &Context, c: Const) -> V<'_> {
         Const::F64(v) => cx.f64_type().const_float(v).into(),
     }
 }
+
+/// A `ptxas` to assemble PTX with (checks and the dry run; code generation does not need one):
+/// `PTXAS`, else one on the PATH, else the one of the nvidia-cuda-nvcc-cu12 wheel of `python3`.
+pub fn find_ptxas() -> Option<std::path::PathBuf> {
+    if let Some(p) = std::env::var_os("PTXAS") {
+        return Some(std::path::PathBuf::from(p));
+    }
+    let runs = |p: &std::path::Path| {
+        std::process::Command::new(p)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if runs(std::path::Path::new("ptxas")) {
+        return Some(std::path::PathBuf::from("ptxas"));
+    }
+    // The wheel is a namespace package: its folder is `__path__[0]`, there is no __file__.
+    let out = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import nvidia.cuda_nvcc as m; print(list(m.__path__)[0])",
+        ])
+        .output()
+        .ok()?;
+    let dir = String::from_utf8(out.stdout).ok()?;
+    let p = std::path::PathBuf::from(dir.trim())
+        .join("bin")
+        .join("ptxas");
+    (out.status.success() && runs(&p)).then_some(p)
+}
