@@ -11,7 +11,8 @@
 //! - [`build`]: compile-time reuse of records (a static library and safe wrappers);
 //! - [`cli`]: the `tensortune` command line;
 //! - [`Target`]: where kernels run, and the key of their records;
-//! - [`plausible`]: the bound on what a measured time can be.
+//! - [`plausible`]: the bound on what a measured time can be;
+//! - [`probe`]: this machine's FMA peak, memory bandwidth and parallel-loop overhead, measured.
 //!
 //! Cargo features: `tuning` (on by default) brings the tuning loop ([`tune()`], the
 //! cost model, which builds XGBoost's C++) and the command line. Without it the crate still
@@ -61,6 +62,7 @@ pub mod measure;
 #[cfg(feature = "tuning")]
 pub mod npy;
 pub mod plausible;
+pub mod probe;
 pub mod runtime;
 pub mod target;
 #[cfg(feature = "tuning")]

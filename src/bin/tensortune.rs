@@ -102,6 +102,8 @@ enum Command {
     Model(cli::model::ModelArgs),
     /// Tune workloads on the host CPU or an NVIDIA GPU into a records database.
     Tune(cli::tune::TuneArgs),
+    /// Measure this machine's f32 FMA peak, memory bandwidth and parallel-loop overhead.
+    Probe(cli::probe::ProbeArgs),
     /// Compile a workload's default schedule, run it, and print latency and GFLOP/s.
     Run(cli::run::RunArgs),
     /// Print the loop IR, LLVM IR or assembly of a workload's default schedule.
@@ -156,6 +158,7 @@ fn run(command: Command) -> Result<(), CliError> {
         Command::Plot(args) => cli::plot::plot(&args, &mut out),
         Command::Report(args) => cli::report::report(&args, &mut out),
         Command::Run(args) => cli::run::run(&args, &mut out),
+        Command::Probe(args) => cli::probe::probe(&args, &mut out),
         Command::Codegen(args) => cli::codegen::codegen(&args, &mut out),
         Command::CudaWorker { simulate, device } => {
             // Answered in `main` before this; here only to keep the match exhaustive.

@@ -15,6 +15,7 @@ pub mod inspect;
 pub mod model;
 pub mod output;
 pub mod plot;
+pub mod probe;
 pub mod records;
 pub mod report;
 pub mod run;

@@ -1,0 +1,672 @@
+//! What this machine can do at best, measured rather than read off a datasheet: the f32 FMA
+//! peak (independent vector FMA chains at the widest vector width the CPU has), the memory
+//! bandwidth of a copy and of a triad over buffers far larger than the last-level cache, both on
+//! one thread and on all of them, and the overhead of an empty parallel loop of the kernel
+//! runtime ([`crate::Runtime`]). Tuned kernels are quoted as fractions of these figures,
+//! measured in the same run (`tensortune probe`, `cargo bench --bench cpu_goals`), because an
+//! absolute time on a shared machine is not stable from one run to the next.
+
+use crate::runtime::abi::TtRuntime;
+use crate::Runtime;
+use serde::Serialize;
+use std::ffi::c_void;
+use std::time::Instant;
+
+/// What to probe.
+#[derive(Clone, Debug)]
+pub struct ProbeOptions {
+    /// Threads of the all-cores figures (0: every core the process may use).
+    pub threads: usize,
+    /// Bytes of each of the bandwidth probe's arrays (`None`: four times the last-level cache,
+    /// at least 64 MiB). Three arrays of this size are allocated.
+    pub buffer_bytes: Option<usize>,
+    /// Timings of each figure; the best is kept (the machine's capability, not its noise).
+    pub repeats: usize,
+    /// Seconds each timing of the FMA probe lasts, about.
+    pub fma_seconds: f64,
+}
+
+impl Default for ProbeOptions {
+    fn default() -> Self {
+        ProbeOptions {
+            threads: 0,
+            buffer_bytes: None,
+            repeats: 5,
+            fma_seconds: 0.2,
+        }
+    }
+}
+
+/// The figures of one probe run.
+#[derive(Clone, Debug, Serialize)]
+pub struct ProbeReport {
+    /// The CPU's model name (`/proc/cpuinfo`), or the architecture where none is known.
+    pub cpu: String,
+    /// The instruction set of the FMA probe: `avx512f`, `avx2+fma` or `scalar`.
+    pub isa: String,
+    /// f32 lanes of one FMA of that set.
+    pub lanes: usize,
+    /// Threads of the all-cores figures.
+    pub threads: usize,
+    /// f32 FMA peak of one thread, GFLOP/s (an FMA counts as two flops).
+    pub fma_gflops_1t: f64,
+    /// f32 FMA peak of `threads` threads together, GFLOP/s.
+    pub fma_gflops_all: f64,
+    /// Bytes of each bandwidth array.
+    pub buffer_bytes: usize,
+    /// The largest cache level's size in bytes, where the OS says (`None` otherwise).
+    pub last_level_cache_bytes: Option<usize>,
+    /// Copy `a = b` (memcpy, as numpy copies) on one thread, GB/s of bytes read and written.
+    pub copy_gbs_1t: f64,
+    /// Copy on `threads` threads, each its own slice.
+    pub copy_gbs_all: f64,
+    /// Triad `a = b + s·c` on one thread, GB/s of bytes read and written (three arrays).
+    pub triad_gbs_1t: f64,
+    /// Triad on `threads` threads.
+    pub triad_gbs_all: f64,
+    /// Microseconds a parallel loop over `threads` threads on the kernel runtime costs beyond
+    /// its work (the fixed cost a parallel kernel pays per parallel loop; see
+    /// `parallel_loop_overhead_us`).
+    pub parallel_loop_us: f64,
+}
+
+impl ProbeReport {
+    /// The bandwidth memory-bound kernels are quoted against on one thread: the better of
+    /// copy and triad (the stricter yardstick).
+    pub fn bandwidth_gbs_1t(&self) -> f64 {
+        self.copy_gbs_1t.max(self.triad_gbs_1t)
+    }
+
+    /// The same on `threads` threads.
+    pub fn bandwidth_gbs_all(&self) -> f64 {
+        self.copy_gbs_all.max(self.triad_gbs_all)
+    }
+}
+
+/// Why a probe could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    /// An option out of range.
+    #[error("{0}")]
+    BadOption(String),
+    /// The buffers could not be allocated.
+    #[error("cannot allocate three arrays of {bytes} bytes for the bandwidth probe")]
+    OutOfMemory {
+        /// Bytes of each array.
+        bytes: usize,
+    },
+    /// The probe's threads or the kernel runtime could not start.
+    #[error("cannot start the probe's threads: {0}")]
+    Threads(String),
+}
+
+/// The most bytes one bandwidth array may take (three are allocated).
+pub const MAX_BUFFER_BYTES: usize = 4 << 30;
+
+/// Runs every probe; takes a few seconds.
+pub fn probe(opts: &ProbeOptions) -> Result<ProbeReport, ProbeError> {
+    if opts.repeats == 0 || opts.repeats > 1000 {
+        return Err(ProbeError::BadOption(
+            "repeats must be between 1 and 1000".into(),
+        ));
+    }
+    if !(opts.fma_seconds.is_finite() && opts.fma_seconds > 0.0 && opts.fma_seconds <= 60.0) {
+        return Err(ProbeError::BadOption(
+            "the FMA timing must last between 0 and 60 s".into(),
+        ));
+    }
+    let threads = match opts.threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n if n <= 4096 => n,
+        _ => return Err(ProbeError::BadOption("at most 4096 threads".into())),
+    };
+    let llc = last_level_cache_bytes();
+    let buffer_bytes = match opts.buffer_bytes {
+        Some(b) if !((1 << 20)..=MAX_BUFFER_BYTES).contains(&b) => {
+            return Err(ProbeError::BadOption(format!(
+                "the bandwidth arrays must be between 1 MiB and {} MiB",
+                MAX_BUFFER_BYTES >> 20
+            )))
+        }
+        Some(b) => b,
+        // Four times the cache: at most a quarter of a pass can hit in it.
+        None => llc
+            .map_or(256 << 20, |c| c.saturating_mul(4))
+            .clamp(64 << 20, 1 << 30),
+    };
+    let fma = fma_kernel();
+    let fma_gflops_1t = best_of(opts.repeats, || fma_rate(fma, 1, opts.fma_seconds))?;
+    let fma_gflops_all = best_of(opts.repeats, || fma_rate(fma, threads, opts.fma_seconds))?;
+    let mut bufs = Buffers::new(buffer_bytes / 4)?;
+    let copy_gbs_1t = best_of(opts.repeats, || bufs.rate(Stream::Copy, 1))?;
+    let copy_gbs_all = best_of(opts.repeats, || bufs.rate(Stream::Copy, threads))?;
+    let triad_gbs_1t = best_of(opts.repeats, || bufs.rate(Stream::Triad, 1))?;
+    let triad_gbs_all = best_of(opts.repeats, || bufs.rate(Stream::Triad, threads))?;
+    drop(bufs);
+    let parallel_loop_us = parallel_loop_overhead_us(threads)?;
+    Ok(ProbeReport {
+        cpu: cpu_model(),
+        isa: fma.isa.to_string(),
+        lanes: fma.lanes,
+        threads,
+        fma_gflops_1t,
+        fma_gflops_all,
+        buffer_bytes,
+        last_level_cache_bytes: llc,
+        copy_gbs_1t,
+        copy_gbs_all,
+        triad_gbs_1t,
+        triad_gbs_all,
+        parallel_loop_us,
+    })
+}
+
+/// The largest of `repeats` rates.
+fn best_of(
+    repeats: usize,
+    mut f: impl FnMut() -> Result<f64, ProbeError>,
+) -> Result<f64, ProbeError> {
+    let mut best = 0.0f64;
+    for _ in 0..repeats {
+        best = best.max(f()?);
+    }
+    Ok(best)
+}
+
+/// The CPU's model name.
+pub fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        })
+        .unwrap_or_else(|| std::env::consts::ARCH.to_string())
+}
+
+/// The size of the largest cache cpu0 reports (`/sys/devices/system/cpu/cpu0/cache`).
+fn last_level_cache_bytes() -> Option<usize> {
+    let dir = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache").ok()?;
+    dir.flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path().join("size")).ok())
+        .filter_map(|s| parse_cache_size(s.trim()))
+        .max()
+}
+
+/// `32768K`, `1M`, `512` (bytes) as sysfs writes them.
+fn parse_cache_size(s: &str) -> Option<usize> {
+    let (num, mult) = match s.as_bytes().last()? {
+        b'K' => (&s[..s.len() - 1], 1usize << 10),
+        b'M' => (&s[..s.len() - 1], 1 << 20),
+        b'G' => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    num.parse::<usize>().ok()?.checked_mul(mult)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The FMA peak.
+
+/// Independent accumulators of the FMA loop: more than latency × ports of every core we know
+/// (4 × 2 on Zen 4 and Skylake-X), so that the loop is bound by throughput, not latency.
+const CHAINS: usize = 16;
+
+/// One FMA probe kernel: runs `iters` iterations of `CHAINS` FMAs of `lanes` lanes and returns
+/// a value depending on every result (so none can be left out).
+#[derive(Clone, Copy)]
+struct FmaKernel {
+    isa: &'static str,
+    lanes: usize,
+    run: fn(u64) -> f32,
+}
+
+fn fma_kernel() -> FmaKernel {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            return FmaKernel {
+                isa: "avx512f",
+                lanes: 16,
+                run: x86::fma_avx512_checked,
+            };
+        }
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
+            return FmaKernel {
+                isa: "avx2+fma",
+                lanes: 8,
+                run: x86::fma_avx2_checked,
+            };
+        }
+    }
+    FmaKernel {
+        isa: "scalar",
+        lanes: 1,
+        run: fma_scalar,
+    }
+}
+
+/// Scalar chains: what a machine without the vector sets above can be held to.
+fn fma_scalar(iters: u64) -> f32 {
+    let (m, c) = std::hint::black_box((0.999_999f32, 1e-6f32));
+    let mut acc = [c; CHAINS];
+    for _ in 0..iters {
+        for a in acc.iter_mut() {
+            *a = a.mul_add(m, c);
+        }
+    }
+    acc.iter().sum()
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::CHAINS;
+    use std::arch::x86_64::*;
+
+    /// The AVX-512 kernel; only handed out after `is_x86_feature_detected!("avx512f")`.
+    pub(super) fn fma_avx512_checked(iters: u64) -> f32 {
+        // SAFETY: `fma_kernel` returns this function only when the CPU has AVX-512F.
+        unsafe { fma_avx512(iters) }
+    }
+
+    /// The AVX2 kernel; only handed out after AVX2 and FMA were detected.
+    pub(super) fn fma_avx2_checked(iters: u64) -> f32 {
+        // SAFETY: `fma_kernel` returns this function only when the CPU has AVX2 and FMA.
+        unsafe { fma_avx2(iters) }
+    }
+
+    // In assembly rather than `__m512` intrinsics (stable only from Rust 1.89, above our
+    // minimum), which also pins the loop to exactly 16 register-resident chains of
+    // `vfmadd213ps` (a = a·m + c) and a counter: nothing for a compiler to spill or reorder.
+    #[target_feature(enable = "avx512f")]
+    unsafe fn fma_avx512(iters: u64) -> f32 {
+        let (m, c) = std::hint::black_box((0.999_999f32, 1e-6f32));
+        let mut out = [0.0f32; 16];
+        // SAFETY: the caller checked AVX-512F; the block reads `m` and `c`, writes the 64
+        // bytes of `out`, and declares every register it changes.
+        unsafe {
+            std::arch::asm!(
+            "vbroadcastss zmm16, dword ptr [{m}]",
+            "vbroadcastss zmm17, dword ptr [{c}]",
+            "vmovaps zmm0, zmm17",
+            "vmovaps zmm1, zmm17",
+            "vmovaps zmm2, zmm17",
+            "vmovaps zmm3, zmm17",
+            "vmovaps zmm4, zmm17",
+            "vmovaps zmm5, zmm17",
+            "vmovaps zmm6, zmm17",
+            "vmovaps zmm7, zmm17",
+            "vmovaps zmm8, zmm17",
+            "vmovaps zmm9, zmm17",
+            "vmovaps zmm10, zmm17",
+            "vmovaps zmm11, zmm17",
+            "vmovaps zmm12, zmm17",
+            "vmovaps zmm13, zmm17",
+            "vmovaps zmm14, zmm17",
+            "vmovaps zmm15, zmm17",
+            "2:",
+            "vfmadd213ps zmm0, zmm16, zmm17",
+            "vfmadd213ps zmm1, zmm16, zmm17",
+            "vfmadd213ps zmm2, zmm16, zmm17",
+            "vfmadd213ps zmm3, zmm16, zmm17",
+            "vfmadd213ps zmm4, zmm16, zmm17",
+            "vfmadd213ps zmm5, zmm16, zmm17",
+            "vfmadd213ps zmm6, zmm16, zmm17",
+            "vfmadd213ps zmm7, zmm16, zmm17",
+            "vfmadd213ps zmm8, zmm16, zmm17",
+            "vfmadd213ps zmm9, zmm16, zmm17",
+            "vfmadd213ps zmm10, zmm16, zmm17",
+            "vfmadd213ps zmm11, zmm16, zmm17",
+            "vfmadd213ps zmm12, zmm16, zmm17",
+            "vfmadd213ps zmm13, zmm16, zmm17",
+            "vfmadd213ps zmm14, zmm16, zmm17",
+            "vfmadd213ps zmm15, zmm16, zmm17",
+            "dec {n}",
+            "jnz 2b",
+            "vaddps zmm0, zmm0, zmm1",
+            "vaddps zmm0, zmm0, zmm2",
+            "vaddps zmm0, zmm0, zmm3",
+            "vaddps zmm0, zmm0, zmm4",
+            "vaddps zmm0, zmm0, zmm5",
+            "vaddps zmm0, zmm0, zmm6",
+            "vaddps zmm0, zmm0, zmm7",
+            "vaddps zmm0, zmm0, zmm8",
+            "vaddps zmm0, zmm0, zmm9",
+            "vaddps zmm0, zmm0, zmm10",
+            "vaddps zmm0, zmm0, zmm11",
+            "vaddps zmm0, zmm0, zmm12",
+            "vaddps zmm0, zmm0, zmm13",
+            "vaddps zmm0, zmm0, zmm14",
+            "vaddps zmm0, zmm0, zmm15",
+            "vmovups zmmword ptr [{out}], zmm0",
+            m = in(reg) &m,
+            c = in(reg) &c,
+            out = in(reg) out.as_mut_ptr(),
+            n = inout(reg) iters.max(1) => _,
+            out("zmm0") _,
+            out("zmm1") _,
+            out("zmm2") _,
+            out("zmm3") _,
+            out("zmm4") _,
+            out("zmm5") _,
+            out("zmm6") _,
+            out("zmm7") _,
+            out("zmm8") _,
+            out("zmm9") _,
+            out("zmm10") _,
+            out("zmm11") _,
+            out("zmm12") _,
+            out("zmm13") _,
+            out("zmm14") _,
+            out("zmm15") _,
+            out("zmm16") _,
+            out("zmm17") _,
+            options(nostack),
+            );
+        }
+        out.iter().sum()
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn fma_avx2(iters: u64) -> f32 {
+        let (m, c) = std::hint::black_box((0.999_999f32, 1e-6f32));
+        let (m, c) = (_mm256_set1_ps(m), _mm256_set1_ps(c));
+        // 12 chains: the 16 ymm registers hold them with the two constants.
+        let mut acc = [c; 12];
+        // Keep the flop count per iteration that of `CHAINS` chains.
+        let iters = iters * CHAINS as u64 / 12;
+        for _ in 0..iters {
+            for a in acc.iter_mut() {
+                *a = _mm256_fmadd_ps(*a, m, c);
+            }
+        }
+        let mut out = [0.0f32; 8];
+        let mut sum = _mm256_setzero_ps();
+        for a in acc {
+            sum = _mm256_add_ps(sum, a);
+        }
+        // SAFETY: `out` holds the 8 f32 an unaligned 256-bit store writes.
+        unsafe { _mm256_storeu_ps(out.as_mut_ptr(), sum) };
+        out.iter().sum()
+    }
+}
+
+/// GFLOP/s of `threads` threads each running the FMA kernel for about `seconds`.
+fn fma_rate(k: FmaKernel, threads: usize, seconds: f64) -> Result<f64, ProbeError> {
+    // Calibrate on this thread: double until a run lasts 10 ms.
+    let mut iters: u64 = 1 << 12;
+    let per_iter = loop {
+        let t = Instant::now();
+        std::hint::black_box((k.run)(iters));
+        let dt = t.elapsed().as_secs_f64();
+        if dt > 0.01 || iters > 1 << 40 {
+            break dt / iters as f64;
+        }
+        iters *= 2;
+    };
+    let iters = ((seconds / per_iter.max(1e-12)) as u64).max(1);
+    let barrier = std::sync::Barrier::new(threads);
+    let wall = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                let barrier = &barrier;
+                std::thread::Builder::new().spawn_scoped(s, move || {
+                    barrier.wait();
+                    let t = Instant::now();
+                    std::hint::black_box((k.run)(iters));
+                    t.elapsed().as_secs_f64()
+                })
+            })
+            .collect();
+        let mut wall = 0.0f64;
+        for h in handles {
+            let h = h.map_err(|e| ProbeError::Threads(e.to_string()))?;
+            let dt = h
+                .join()
+                .map_err(|_| ProbeError::Threads("a probe thread panicked".into()))?;
+            wall = wall.max(dt);
+        }
+        Ok::<f64, ProbeError>(wall)
+    })?;
+    let flops = threads as f64 * iters as f64 * (CHAINS * k.lanes * 2) as f64;
+    Ok(flops / wall.max(1e-9) / 1e9)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bandwidth.
+
+#[derive(Clone, Copy)]
+enum Stream {
+    Copy,
+    Triad,
+}
+
+struct Buffers {
+    a: Vec<f32>,
+    b: Vec<f32>,
+    c: Vec<f32>,
+}
+
+impl Buffers {
+    fn new(n: usize) -> Result<Buffers, ProbeError> {
+        let alloc = |v: f32| -> Result<Vec<f32>, ProbeError> {
+            let mut x = Vec::new();
+            x.try_reserve_exact(n)
+                .map_err(|_| ProbeError::OutOfMemory { bytes: n * 4 })?;
+            // Written here, so that no timing pays for the first touch of a page.
+            x.resize(n, v);
+            Ok(x)
+        };
+        Ok(Buffers {
+            a: alloc(0.0)?,
+            b: alloc(1.0)?,
+            c: alloc(2.0)?,
+        })
+    }
+
+    /// GB/s of one pass of `kind` over the arrays, split into `threads` contiguous slices.
+    fn rate(&mut self, kind: Stream, threads: usize) -> Result<f64, ProbeError> {
+        let n = self.a.len();
+        let chunk = n.div_ceil(threads.max(1)).max(1);
+        let s = std::hint::black_box(3.0f32);
+        let barrier = std::sync::Barrier::new(threads.max(1));
+        let wall = std::thread::scope(|scope| {
+            let mut handles = Vec::new();
+            for ((a, b), c) in self
+                .a
+                .chunks_mut(chunk)
+                .zip(self.b.chunks(chunk))
+                .zip(self.c.chunks(chunk))
+            {
+                let barrier = &barrier;
+                handles.push(std::thread::Builder::new().spawn_scoped(scope, move || {
+                    barrier.wait();
+                    let t = Instant::now();
+                    match kind {
+                        Stream::Copy => a.copy_from_slice(b),
+                        Stream::Triad => {
+                            for ((x, y), z) in a.iter_mut().zip(b).zip(c) {
+                                *x = y + s * z;
+                            }
+                        }
+                    }
+                    std::hint::black_box(&a[a.len() / 2]);
+                    t.elapsed().as_secs_f64()
+                }));
+            }
+            // Fewer slices than threads (a tiny array): the rest never reach the barrier.
+            let missing = threads.max(1) - handles.len();
+            if missing > 0 {
+                return Err(ProbeError::BadOption(
+                    "the bandwidth arrays are too small for this many threads".into(),
+                ));
+            }
+            let mut wall = 0.0f64;
+            for h in handles {
+                let h = h.map_err(|e| ProbeError::Threads(e.to_string()))?;
+                let dt = h
+                    .join()
+                    .map_err(|_| ProbeError::Threads("a probe thread panicked".into()))?;
+                wall = wall.max(dt);
+            }
+            Ok(wall)
+        })?;
+        let arrays = match kind {
+            Stream::Copy => 2.0,
+            Stream::Triad => 3.0,
+        };
+        Ok(arrays * (n * 4) as f64 / wall.max(1e-9) / 1e9)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The parallel loop's overhead.
+
+unsafe extern "C" fn spin_body(closure: *mut c_void, begin: i64, end: i64) -> i32 {
+    // SAFETY: `parallel_loop_overhead_us` passes a pointer to a live u64, read only.
+    let steps = unsafe { *(closure as *const u64) };
+    for _ in begin..end {
+        spin(steps);
+    }
+    0
+}
+
+/// About `steps` dependent integer steps, which no compiler may shorten.
+fn spin(steps: u64) {
+    let mut x = 1u64;
+    for _ in 0..steps {
+        x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+    }
+    std::hint::black_box(x);
+}
+
+/// Microseconds a parallel loop of `threads` iterations on the kernel runtime costs beyond
+/// its work: each iteration spins for about 5 µs, so a perfect runtime takes the time of one
+/// iteration; the overhead is the median loop time less that (median of 21 timings of 400
+/// loops each). An empty loop would measure less than a real one: the calling thread takes
+/// every chunk before a worker wakes up.
+fn parallel_loop_overhead_us(threads: usize) -> Result<f64, ProbeError> {
+    let rt = Runtime::new(threads).map_err(|e| ProbeError::Threads(e.to_string()))?;
+    let table: *const TtRuntime = rt.table();
+    // Calibrate the steps of a 5 µs iteration.
+    let mut steps: u64 = 1000;
+    loop {
+        let t = Instant::now();
+        spin(steps);
+        let dt = t.elapsed().as_secs_f64();
+        if dt >= 5e-6 || steps > 1 << 30 {
+            break;
+        }
+        steps *= 2;
+    }
+    let mut steps_cell = steps;
+    let closure = &mut steps_cell as *mut u64 as *mut c_void;
+    let run = |n: i64| {
+        // SAFETY: `table` comes from the live runtime `rt`; `closure` points at a u64 that
+        // outlives every call, and the body only reads it.
+        unsafe { ((*table).parallel_for)(table, n, spin_body, closure) }
+    };
+    let median = |n: i64, loops: usize| -> Result<f64, ProbeError> {
+        let mut times = Vec::with_capacity(21);
+        for _ in 0..21 {
+            let t = Instant::now();
+            for _ in 0..loops {
+                if run(n) != 0 {
+                    return Err(ProbeError::Threads(
+                        "the runtime failed a parallel loop".into(),
+                    ));
+                }
+            }
+            times.push(t.elapsed().as_secs_f64() / loops as f64 * 1e6);
+        }
+        times.sort_by(|a, b| a.total_cmp(b));
+        Ok(times[times.len() / 2])
+    };
+    median(threads as i64, 50)?; // warm-up: workers awake, caches warm
+    let one = median(1, 400)?;
+    let all = median(threads as i64, 400)?;
+    Ok((all - one).max(0.0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cache_sizes_as_sysfs_writes_them() {
+        assert_eq!(parse_cache_size("32768K"), Some(32 << 20));
+        assert_eq!(parse_cache_size("1M"), Some(1 << 20));
+        assert_eq!(parse_cache_size("512"), Some(512));
+        assert_eq!(parse_cache_size("K"), None);
+        assert_eq!(parse_cache_size("x1K"), None);
+    }
+
+    #[test]
+    fn the_fma_kernels_compute_the_chains_they_claim() {
+        // Each chain is acc ← acc·m + c from acc₀ = c; an independent scalar recurrence
+        // in f64 gives the same sum to f32 rounding (a kernel that skipped work would not).
+        let iters = 1000u64;
+        let k = fma_kernel();
+        let got = (k.run)(iters) as f64;
+        let (m, c) = (0.999_999f64, 1e-6f64);
+        let chains = if k.isa == "avx2+fma" { 12 } else { CHAINS };
+        let steps = if k.isa == "avx2+fma" {
+            iters * CHAINS as u64 / 12
+        } else {
+            iters
+        };
+        let mut want = 0.0;
+        for _ in 0..chains {
+            let mut a = c;
+            for _ in 0..steps {
+                a = a * m + c;
+            }
+            want += a * k.lanes as f64;
+        }
+        assert!(
+            (got - want).abs() <= 1e-4 * want.abs().max(1.0),
+            "{} kernel: {got} against {want}",
+            k.isa
+        );
+    }
+
+    #[test]
+    fn a_small_probe_gives_positive_figures_and_refuses_bad_options() {
+        let r = probe(&ProbeOptions {
+            threads: 2,
+            buffer_bytes: Some(4 << 20),
+            repeats: 1,
+            fma_seconds: 0.01,
+        })
+        .expect("probe");
+        for (name, v) in [
+            ("fma 1t", r.fma_gflops_1t),
+            ("fma all", r.fma_gflops_all),
+            ("copy", r.copy_gbs_1t),
+            ("triad", r.triad_gbs_all),
+        ] {
+            assert!(v.is_finite() && v > 0.0, "{name}: {v}");
+        }
+        // An overhead: what a loop costs beyond its work, never negative.
+        assert!(r.parallel_loop_us.is_finite() && r.parallel_loop_us >= 0.0);
+        assert_eq!(r.threads, 2);
+        for bad in [
+            ProbeOptions {
+                repeats: 0,
+                ..ProbeOptions::default()
+            },
+            ProbeOptions {
+                buffer_bytes: Some(10),
+                ..ProbeOptions::default()
+            },
+            ProbeOptions {
+                fma_seconds: f64::NAN,
+                ..ProbeOptions::default()
+            },
+        ] {
+            assert!(matches!(probe(&bad), Err(ProbeError::BadOption(_))));
+        }
+    }
+}
