@@ -224,6 +224,20 @@ impl ComputeDag {
         &self.outputs
     }
 
+    /// Bytes one evaluation must move at the least: every input read once and every output
+    /// written once (what a memory-bound op's bandwidth is counted in; intermediates that a
+    /// schedule may keep in cache or registers are not counted).
+    pub fn min_bytes(&self) -> f64 {
+        self.inputs
+            .iter()
+            .chain(&self.outputs)
+            .map(|&id| {
+                let op = self.op(id);
+                op.shape.iter().map(|&d| d as f64).product::<f64>() * op.dtype.bytes() as f64
+            })
+            .sum()
+    }
+
     /// Floating-point operations of one evaluation: per element of each compute, the float
     /// arithmetic nodes and intrinsic calls of its body, plus one for the combiner of a
     /// reduction (so matmul counts 2·M·N·K). Index arithmetic is not counted.

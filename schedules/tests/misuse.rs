@@ -263,6 +263,17 @@ fn workload_specs() {
         "canonical is a fixed point"
     );
     assert_eq!(w.flops(), 2.0 * 64.0 * 56.0 * 56.0 * 64.0 * 9.0);
+    // conv2d reads the input (1·64·56·56) and the weights (64·64·3·3) and writes the output
+    // (1·64·56·56), 4 bytes each; the padded copy between them is not counted.
+    assert_eq!(
+        w.build().unwrap().min_bytes(),
+        4.0 * (2.0 * 64.0 * 56.0 * 56.0 + 64.0 * 64.0 * 9.0)
+    );
+    let softmax = WorkloadSpec::parse("softmax:M=3,N=5")
+        .unwrap()
+        .build()
+        .unwrap();
+    assert_eq!(softmax.min_bytes(), 4.0 * 2.0 * 15.0);
     let e = |s: &str| WorkloadSpec::parse(s).unwrap_err();
     assert!(matches!(e("nosuchop:M=1"), SpecError::UnknownOp { .. }));
     assert!(matches!(e("matmul"), SpecError::Malformed { .. }));
