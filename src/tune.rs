@@ -42,6 +42,10 @@ pub enum TuneError {
     /// The cost model.
     #[error("cost model: {0}")]
     Model(String),
+    /// The model file to start from cannot be used (missing, unreadable, not a model, another
+    /// feature layout).
+    #[error("{0}")]
+    ModelFile(String),
 }
 
 /// The result of tuning one workload.
@@ -78,9 +82,137 @@ pub struct TuneReport {
     pub curve: Vec<(usize, f64)>,
     /// Floating-point operations of one run.
     pub flops: f64,
+    /// Bytes one run must move at the least (inputs read once, outputs written once).
+    pub min_bytes: f64,
+    /// GB/s of the best latency, counting `min_bytes` (the figure of a memory-bound op).
+    pub best_gbs: Option<f64>,
+    /// The top programs re-measured at the end, in their order during tuning (empty when
+    /// re-measurement is off): whether the program tuning found fastest is still the fastest.
+    pub remeasured: Vec<Remeasured>,
+    /// What the cost model knew before the first round (`None`: it started untrained).
+    pub warm_start: Option<WarmStart>,
 }
 
+/// Where a run's cost model came from when it did not start untrained.
+#[derive(Clone, Debug, Serialize)]
+pub struct WarmStart {
+    /// `file` (`TuneOptions::model_file`) or `records` (other workloads of the database).
+    pub source: String,
+    /// The model file, for `file`.
+    pub path: Option<PathBuf>,
+    /// Programs the model was trained on.
+    pub samples: usize,
+    /// Workloads they came from.
+    pub workloads: usize,
+}
+
+/// Records of each other workload a warm start trains on, at most: enough to rank a new
+/// shape's tilings, few enough that retraining every round stays cheap.
+pub const WARM_RECORDS_PER_WORKLOAD: usize = 256;
+
+/// The cost model a run starts from: the model file, else (with `warm_start`) one trained on
+/// the other workloads of `db` on `target`, else an untrained one.
+fn starting_model(
+    opts: &TuneOptions,
+    db: Option<&Database>,
+    target: &str,
+    tuned: &[&str],
+) -> Result<(GbdtModel, Option<WarmStart>), TuneError> {
+    let model_err = |e: tensortune_cost_model::ModelError| TuneError::Model(e.to_string());
+    let distinct = |samples: &[tensortune_cost_model::Sample]| {
+        samples
+            .iter()
+            .map(|s| s.workload.as_str())
+            .collect::<std::collections::BTreeSet<_>>()
+            .len()
+    };
+    if let Some(path) = &opts.model_file {
+        let m = GbdtModel::load(path).map_err(|e| TuneError::ModelFile(e.to_string()))?;
+        if !opts.quiet {
+            log::info!(
+                target: PROGRESS_LOG_TARGET,
+                "tensortune: the cost model starts from {} ({} programs)",
+                path.display(),
+                m.samples().len()
+            );
+        }
+        let warm = WarmStart {
+            source: "file".into(),
+            path: Some(path.clone()),
+            samples: m.samples().len(),
+            workloads: distinct(m.samples()),
+        };
+        return Ok((m, Some(warm)));
+    }
+    let options = GbdtOptions {
+        warmup_samples: opts.model_warmup,
+        seed: opts.seed,
+        ..GbdtOptions::default()
+    };
+    if opts.warm_start {
+        if let Some(db) = db {
+            let warm = GbdtModel::warm_from_records(
+                db,
+                target,
+                tuned,
+                WARM_RECORDS_PER_WORKLOAD,
+                options.clone(),
+            )
+            .map_err(model_err)?;
+            if let Some((m, _)) = warm {
+                let warm = WarmStart {
+                    source: "records".into(),
+                    path: None,
+                    samples: m.samples().len(),
+                    workloads: distinct(m.samples()),
+                };
+                if !opts.quiet {
+                    log::info!(
+                        target: PROGRESS_LOG_TARGET,
+                        "tensortune: the cost model starts warm: trained on {} programs of {} other workload(s) of `{target}`",
+                        warm.samples,
+                        warm.workloads
+                    );
+                }
+                return Ok((m, Some(warm)));
+            }
+        }
+    }
+    Ok((GbdtModel::new(options).map_err(model_err)?, None))
+}
+
+/// One of the top programs, re-measured at the end of tuning.
+#[derive(Clone, Debug, Serialize)]
+pub struct Remeasured {
+    /// Its place among the records by the latency measured during tuning (1: the best).
+    pub tuning_rank: usize,
+    /// Its latency during tuning, seconds.
+    pub tuning_latency_s: f64,
+    /// The median of its re-measured latencies, seconds (`None`: every re-measure failed).
+    pub latency_s: Option<f64>,
+}
+
+/// Flops per byte below which an op is memory-bound on any CPU we know (their balance of FMA
+/// peak to memory bandwidth is higher): its summary gives GB/s beside GFLOP/s.
+pub const MEMORY_BOUND_INTENSITY: f64 = 8.0;
+
 impl TuneReport {
+    /// True for an op that moves more than one byte for every [`MEMORY_BOUND_INTENSITY`]
+    /// flops: its speed is measured in GB/s.
+    pub fn memory_bound(&self) -> bool {
+        self.min_bytes > 0.0 && self.flops / self.min_bytes < MEMORY_BOUND_INTENSITY
+    }
+
+    /// The place during tuning of the program that is fastest after re-measure (1: tuning's
+    /// best stayed the best); `None` without re-measurement.
+    pub fn remeasured_best_rank(&self) -> Option<usize> {
+        self.remeasured
+            .iter()
+            .filter_map(|r| Some((r.latency_s?, r.tuning_rank)))
+            .min_by(|a, b| a.0.total_cmp(&b.0))
+            .map(|(_, rank)| rank)
+    }
+
     /// The best schedule as a state of `dag`.
     pub fn best_state(&self, dag: &ComputeDag) -> Option<State> {
         Trace::from_json(self.best_trace.as_ref()?)
@@ -180,12 +312,9 @@ pub fn tune_dags<B: Backend>(
         Some(p) => Some(Database::open(p)?),
         None => None,
     };
-    let model = GbdtModel::new(GbdtOptions {
-        warmup_samples: opts.model_warmup,
-        seed: opts.seed,
-        ..GbdtOptions::default()
-    })
-    .map_err(|e| TuneError::Model(e.to_string()))?;
+    let target_key = backend.target_key().to_string();
+    let keys: Vec<&str> = tasks.iter().map(|(k, _, _)| k.as_str()).collect();
+    let (model, warm_start) = starting_model(&opts, db.as_ref(), &target_key, &keys)?;
     let inputs: Vec<TaskInput> = tasks
         .iter()
         .map(|(key, dag, weight)| TaskInput {
@@ -215,18 +344,21 @@ pub fn tune_dags<B: Backend>(
         }
     };
     drop(measurer);
-    let target_key = backend.target_key().to_string();
     let mut reports = Vec::new();
     for ((_, dag, _), t) in tasks.iter().zip(&summary.tasks) {
         let tuning_latency = t.best.as_ref().map(|b| b.latency_s);
         let mut best_latency = tuning_latency;
         let mut best_trace = t.best.as_ref().map(|b| b.state.trace().to_json());
+        let mut remeasured = Vec::new();
         if opts.remeasure_top > 0 {
-            if let Some((l, trace)) = remeasure(backend, dag, t, &opts, db.as_ref(), &target_key) {
+            let r = remeasure(backend, dag, t, &opts, db.as_ref(), &target_key);
+            if let Some((l, trace)) = r.best {
                 best_latency = Some(l);
                 best_trace = Some(trace);
             }
+            remeasured = r.programs;
         }
+        let min_bytes = dag.min_bytes();
         reports.push(TuneReport {
             workload: t.key.clone(),
             target: target_key.clone(),
@@ -247,14 +379,29 @@ pub fn tune_dags<B: Backend>(
                 .map(|&(n, l)| (n, t.flops / l / 1e9))
                 .collect(),
             flops: t.flops,
+            min_bytes,
+            best_gbs: best_latency
+                .filter(|l| *l > 0.0)
+                .map(|l| min_bytes / l / 1e9),
+            remeasured,
+            warm_start: warm_start.clone(),
         });
     }
     Ok(reports)
 }
 
+/// What [`remeasure`] found.
+struct RemeasureResult {
+    /// The best re-measured median and its trace.
+    best: Option<(f64, String)>,
+    /// Every re-measured program in its tuning order.
+    programs: Vec<Remeasured>,
+}
+
 /// Re-measures the best few programs of a task (from the database when there is one, so
 /// resumed records count), interleaved over three rounds (on the CPU, each candidate in a
-/// fresh forked child); returns the best re-measured median and its trace.
+/// fresh forked child); returns the best re-measured median and its trace, and each
+/// program's re-measured median beside its tuning latency.
 fn remeasure<B: Backend>(
     backend: &B,
     dag: &ComputeDag,
@@ -262,38 +409,61 @@ fn remeasure<B: Backend>(
     opts: &TuneOptions,
     db: Option<&Database>,
     target: &str,
-) -> Option<(f64, String)> {
-    let mut states: Vec<State> = Vec::new();
+) -> RemeasureResult {
+    let none = RemeasureResult {
+        best: None,
+        programs: Vec::new(),
+    };
+    // (state, latency during tuning), best first.
+    let mut states: Vec<(State, f64)> = Vec::new();
     if let Some(db) = db {
-        for r in db.best_k(&t.key, target, opts.remeasure_top).ok()? {
-            if let Ok(s) = Trace::from_json(&r.trace_json).and_then(|tr| tr.replay(dag)) {
-                states.push(s);
-            }
+        let Ok(best) = db.best_k(&t.key, target, opts.remeasure_top) else {
+            return none;
+        };
+        for r in best {
+            let (Ok(s), Some(tm)) = (
+                Trace::from_json(&r.trace_json).and_then(|tr| tr.replay(dag)),
+                r.outcome.timing(),
+            ) else {
+                continue;
+            };
+            states.push((s, tm.median_s));
         }
     }
     if states.is_empty() {
-        states.push(t.best.as_ref()?.state.clone());
+        let Some(b) = t.best.as_ref() else {
+            return none;
+        };
+        states.push((b.state.clone(), b.latency_s));
     }
     let mut m = backend.measurer(Purpose::Final, opts.seed);
     let mut per: Vec<Vec<f64>> = vec![Vec::new(); states.len()];
     for _round in 0..3 {
-        for (i, s) in states.iter().enumerate() {
+        for (i, (s, _)) in states.iter().enumerate() {
             if let Some(Ok(tm)) = m.measure(dag, std::slice::from_ref(s)).pop() {
                 per[i].push(tm.median_s);
             }
         }
     }
     let mut best: Option<(f64, usize)> = None;
+    let mut programs = Vec::with_capacity(states.len());
     for (i, v) in per.iter_mut().enumerate() {
-        if v.is_empty() {
-            continue;
-        }
         v.sort_by(|a, b| a.total_cmp(b));
-        let med = v[v.len() / 2];
+        let med = v.get(v.len() / 2).copied();
+        programs.push(Remeasured {
+            tuning_rank: i + 1,
+            tuning_latency_s: states[i].1,
+            latency_s: med,
+        });
+        let Some(med) = med else {
+            continue;
+        };
         if best.map(|(b, _)| med < b).unwrap_or(true) {
             best = Some((med, i));
         }
     }
-    let (l, i) = best?;
-    Some((l, states.get(i)?.trace().to_json()))
+    RemeasureResult {
+        best: best.and_then(|(l, i)| Some((l, states.get(i)?.0.trace().to_json()))),
+        programs,
+    }
 }

@@ -31,12 +31,33 @@ pub fn samples_from_records(
     db: &Database,
     target: &str,
 ) -> Result<(Vec<Sample>, DatasetReport), ModelError> {
+    samples_from_some_records(db, target, |_| true, usize::MAX)
+}
+
+/// The samples of the records of `target` whose workload key `keep` accepts, at most
+/// `per_workload` records of each (spread evenly over its records in database order, so that
+/// a long run's early random programs and late refined ones are both represented).
+pub fn samples_from_some_records(
+    db: &Database,
+    target: &str,
+    keep: impl Fn(&str) -> bool,
+    per_workload: usize,
+) -> Result<(Vec<Sample>, DatasetReport), ModelError> {
     let mut samples = Vec::new();
     let mut report = DatasetReport::default();
     for info in db.workloads()? {
-        let records = db.records(&info.workload.key, target)?;
-        if records.is_empty() {
+        if !keep(&info.workload.key) {
             continue;
+        }
+        let mut records = db.records(&info.workload.key, target)?;
+        if records.is_empty() || per_workload == 0 {
+            continue;
+        }
+        if records.len() > per_workload {
+            let n = records.len();
+            records = (0..per_workload)
+                .filter_map(|i| records.get(i * n / per_workload).cloned())
+                .collect();
         }
         report.records += records.len();
         let dag = WorkloadSpec::parse(&info.workload.key)

@@ -65,6 +65,14 @@ pub struct TuneArgs {
     #[arg(long, value_name = "POLICY", default_value = "gradient",
           value_parser = clap::builder::PossibleValuesParser::new(["gradient", "round-robin"]))]
     pub task_scheduler: String,
+    /// Start the cost model from this file (`tensortune model train --out`) instead of from
+    /// the records of other workloads in the database.
+    #[arg(long, value_name = "FILE")]
+    pub model: Option<PathBuf>,
+    /// Start the cost model untrained, even where the database holds records of other
+    /// workloads on the same target (by default a model trained on those starts the search).
+    #[arg(long, conflicts_with = "model")]
+    pub cold: bool,
     /// End stdout with one JSON object per workload.
     #[arg(long)]
     pub json: bool,
@@ -168,6 +176,8 @@ pub fn tune(args: &TuneArgs, out: &mut dyn Write) -> Result<(), CliError> {
         quiet: args.quiet,
         db: Some(args.db.clone()),
         task_scheduler,
+        model_file: args.model.clone(),
+        warm_start: !args.cold,
         ..TuneOptions::default()
     };
     match cuda {
@@ -243,6 +253,7 @@ fn tune_on<B: Backend>(
             CliError::Usage(r.to_string())
         }
         TuneError::Spec(s) => CliError::Usage(s.to_string()),
+        TuneError::ModelFile(m) => CliError::Usage(format!("--model: {m}")),
         TuneError::Target(t) => CliError::Usage(t.to_string()),
         e => CliError::Internal(e.to_string()),
     })?;
@@ -250,20 +261,35 @@ fn tune_on<B: Backend>(
     if !args.json {
         for r in &reports {
             match (r.best_latency_s, r.best_gflops) {
-                (Some(l), Some(g)) => writeln!(
+                (Some(l), Some(g)) => {
+                    // A memory-bound op is judged by the bytes it moves, not its flops.
+                    let gbs = match r.best_gbs {
+                        Some(b) if r.memory_bound() => format!(", {b:.1} GB/s"),
+                        _ => String::new(),
+                    };
+                    writeln!(
+                        out,
+                        "{}: best {:.3} ms ({:.1} GFLOP/s{gbs}), {} trials ({} failed, {} cut short), re-measured; during tuning {:.3} ms",
+                        r.workload,
+                        l * 1e3,
+                        g,
+                        r.trials,
+                        r.errors,
+                        r.cut_short,
+                        r.tuning_latency_s.unwrap_or(l) * 1e3
+                    )
+                    .map_err(io)?;
+                    if let Some(line) = remeasure_line(r) {
+                        writeln!(out, "  {line}").map_err(io)?;
+                    }
+                }
+                _ => writeln!(
                     out,
-                    "{}: best {:.3} ms ({:.1} GFLOP/s), {} trials ({} failed, {} cut short), re-measured; during tuning {:.3} ms",
-                    r.workload,
-                    l * 1e3,
-                    g,
-                    r.trials,
-                    r.errors,
-                    r.cut_short,
-                    r.tuning_latency_s.unwrap_or(l) * 1e3
-                ),
-                _ => writeln!(out, "{}: no valid program in {} trials ({} failed)", r.workload, r.trials, r.errors),
+                    "{}: no valid program in {} trials ({} failed)",
+                    r.workload, r.trials, r.errors
+                )
+                .map_err(io)?,
             }
-            .map_err(io)?;
         }
         if let Some(r) = reports.first() {
             let p = &r.phases;
@@ -303,6 +329,12 @@ fn tune_on<B: Backend>(
                 "trials": r.trials,
                 "best_latency_s": r.best_latency_s,
                 "best_gflops": r.best_gflops,
+                "best_gbs": r.best_gbs,
+                "memory_bound": r.memory_bound(),
+                "tuning_latency_s": r.tuning_latency_s,
+                "remeasured": r.remeasured,
+                "remeasured_best_rank": r.remeasured_best_rank(),
+                "warm_start": r.warm_start,
                 "tuning_s": r.tuning_s,
                 "db": args.db,
             });
@@ -310,4 +342,34 @@ fn tune_on<B: Backend>(
         }
     }
     Ok(())
+}
+
+/// How the re-measured ranking compares with the tuning ranking, in one line: whether the
+/// program tuning found fastest is still the fastest, and by how much the figures moved.
+fn remeasure_line(r: &crate::tune::TuneReport) -> Option<String> {
+    let rank = r.remeasured_best_rank()?;
+    let n = r.remeasured.len();
+    let ms = |s: f64| {
+        if s < 1e-3 {
+            format!("{:.2} µs", s * 1e6)
+        } else {
+            format!("{:.3} ms", s * 1e3)
+        }
+    };
+    let first = r.remeasured.first()?;
+    let first_now = first.latency_s.map_or("failed".to_string(), ms);
+    if rank == 1 {
+        Some(format!(
+            "re-measured the top {n}: tuning's best is still the best ({} during tuning, {first_now} re-measured)",
+            ms(first.tuning_latency_s)
+        ))
+    } else {
+        let winner = r.remeasured.iter().find(|p| p.tuning_rank == rank)?;
+        Some(format!(
+            "re-measured the top {n}: tuning's #{rank} is the best ({} during tuning, {} re-measured); tuning's best re-measured {first_now} ({} during tuning)",
+            ms(winner.tuning_latency_s),
+            winner.latency_s.map_or("failed".to_string(), ms),
+            ms(first.tuning_latency_s)
+        ))
+    }
 }

@@ -61,6 +61,12 @@ pub struct TuneOptions {
     pub remeasure_top: usize,
     /// Which task gets each round when several are tuned together.
     pub task_scheduler: crate::scheduler::Policy,
+    /// A cost model file (`tensortune model train --out`) the run starts from, instead of an
+    /// untrained model.
+    pub model_file: Option<std::path::PathBuf>,
+    /// Without `model_file`: start from a model trained on the records that `db` holds of
+    /// other workloads on the same target (a new shape starts warm), where there are any.
+    pub warm_start: bool,
 }
 
 /// Relative weights of the mutation kinds.
@@ -111,6 +117,8 @@ impl Default for TuneOptions {
             db: None,
             remeasure_top: 3,
             task_scheduler: crate::scheduler::Policy::Gradient,
+            model_file: None,
+            warm_start: true,
         }
     }
 }

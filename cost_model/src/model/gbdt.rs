@@ -206,6 +206,28 @@ impl GbdtModel {
         Ok((model, report))
     }
 
+    /// A model trained on the records of `target` of every workload but those in `except`
+    /// (the ones about to be tuned, whose own records a resumed run feeds it anyway), at most
+    /// `per_workload` records each: the warm start of a run on a new shape. `None` when those
+    /// records hold nothing to rank.
+    pub fn warm_from_records(
+        db: &tensortune_records::Database,
+        target: &str,
+        except: &[&str],
+        per_workload: usize,
+        options: GbdtOptions,
+    ) -> Result<Option<(GbdtModel, crate::dataset::DatasetReport)>, ModelError> {
+        let (samples, report) = crate::dataset::samples_from_some_records(
+            db,
+            target,
+            |key| !except.contains(&key),
+            per_workload,
+        )?;
+        let mut model = GbdtModel::new(options)?;
+        model.fit(samples)?;
+        Ok(model.is_trained().then_some((model, report)))
+    }
+
     /// Replaces the training set with `samples` and trains now, whatever the warm-up
     /// threshold (still a no-op on samples without ranking information).
     pub fn fit(&mut self, samples: Vec<Sample>) -> Result<(), ModelError> {

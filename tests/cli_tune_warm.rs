@@ -1,0 +1,165 @@
+//! `tensortune tune`'s cost model start (`--model`, `--cold`, and by default a model trained on
+//! the database's other workloads of the same target), its GB/s figure for memory-bound ops,
+//! and its report of the re-measured top programs against their tuning order.
+
+use std::path::Path;
+use std::process::Command;
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_tensortune"))
+}
+
+fn temp_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("tt-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+/// `tune --json` of one workload with a small budget; the JSON object it printed.
+fn tune(db: &Path, workload: &str, trials: &str, extra: &[&str]) -> serde_json::Value {
+    let out = bin()
+        .args(["tune", "--workload", workload, "--trials", trials])
+        .args([
+            "--batch-size",
+            "16",
+            "--population",
+            "64",
+            "--json",
+            "--quiet",
+        ])
+        .arg("--db")
+        .arg(db)
+        .args(extra)
+        .output()
+        .expect("runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(text.lines().last().expect("a line")).expect("json")
+}
+
+#[test]
+fn a_new_shape_starts_from_the_other_workloads_records_unless_told_otherwise() {
+    let dir = temp_dir("warm");
+    let db = dir.join("t.db");
+    // Nothing else in the database: the model starts untrained.
+    let first = tune(&db, "matmul:M=32,N=48,K=16", "32", &[]);
+    assert!(first["warm_start"].is_null(), "{first}");
+
+    // A second shape: trained on the first one's 32 records (the workload being tuned is
+    // never part of it), unless `--cold`.
+    let second = tune(&db, "matmul:M=40,N=24,K=16", "16", &[]);
+    let warm = &second["warm_start"];
+    assert_eq!(warm["source"], "records", "{second}");
+    assert_eq!(warm["workloads"], 1, "{second}");
+    assert_eq!(warm["samples"], 32, "{second}");
+    let cold = tune(&db, "matmul:M=24,N=24,K=24", "16", &["--cold"]);
+    assert!(cold["warm_start"].is_null(), "{cold}");
+
+    // A model file trained on the database starts the run instead, whatever the database holds.
+    let model = dir.join("m.json");
+    let out = bin()
+        .args(["model", "train", "--db"])
+        .arg(&db)
+        .arg("--out")
+        .arg(&model)
+        .output()
+        .expect("runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let from_file = tune(
+        &db,
+        "matmul:M=16,N=40,K=8",
+        "8",
+        &["--model", model.to_str().expect("utf-8 path")],
+    );
+    assert_eq!(from_file["warm_start"]["source"], "file", "{from_file}");
+    assert_eq!(from_file["warm_start"]["samples"], 64, "{from_file}");
+
+    // Records of another target (here: two threads) are not trained on: a model of one
+    // machine's timings must not rank another's.
+    let other = tune(&db, "matmul:M=8,N=8,K=8", "8", &["--threads", "2"]);
+    assert!(other["warm_start"].is_null(), "{other}");
+
+    // A model file that is not one: exit 2, one line, nothing measured.
+    let bad = dir.join("bad.json");
+    std::fs::write(&bad, b"{\"format\": 1}").expect("write");
+    let before = std::fs::read(&db).expect("db");
+    let out = bin()
+        .args([
+            "tune",
+            "--workload",
+            "matmul:M=8,N=8,K=4",
+            "--trials",
+            "8",
+            "--quiet",
+        ])
+        .arg("--db")
+        .arg(&db)
+        .arg("--model")
+        .arg(&bad)
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("--model"), "{err}");
+    assert_eq!(
+        std::fs::read(&db).expect("db"),
+        before,
+        "the database is unchanged"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn memory_bound_ops_report_gb_per_s_and_the_remeasured_ranking() {
+    let dir = temp_dir("gbs");
+    let db = dir.join("t.db");
+    let (m, n) = (64.0, 96.0);
+    let v = tune(&db, "softmax:M=64,N=96", "24", &[]);
+    assert_eq!(v["memory_bound"], true, "{v}");
+    let latency = v["best_latency_s"].as_f64().expect("a best");
+    // Read once and written once, four bytes an element.
+    let want = 2.0 * 4.0 * m * n / latency / 1e9;
+    let gbs = v["best_gbs"].as_f64().expect("GB/s");
+    assert!((gbs - want).abs() <= 1e-9 * want, "{gbs} against {want}");
+
+    // The top three by tuning latency, in that order, each re-measured; the reported best is
+    // the fastest re-measured one and its rank says which it was.
+    let top = v["remeasured"].as_array().expect("remeasured");
+    assert_eq!(top.len(), 3, "{v}");
+    let tuning: Vec<f64> = top
+        .iter()
+        .map(|p| p["tuning_latency_s"].as_f64().expect("tuning latency"))
+        .collect();
+    assert!(tuning.windows(2).all(|w| w[0] <= w[1]), "{tuning:?}");
+    for (i, p) in top.iter().enumerate() {
+        assert_eq!(p["tuning_rank"], i + 1);
+    }
+    let re: Vec<f64> = top
+        .iter()
+        .map(|p| p["latency_s"].as_f64().expect("re-measured"))
+        .collect();
+    let fastest = re
+        .iter()
+        .enumerate()
+        .min_by(|a, b| a.1.total_cmp(b.1))
+        .map(|(i, _)| i + 1)
+        .expect("three");
+    assert_eq!(v["remeasured_best_rank"], fastest, "{v}");
+    assert_eq!(latency, re[fastest - 1]);
+    assert_eq!(v["tuning_latency_s"].as_f64(), Some(tuning[0]));
+
+    // A compute-bound op is not called memory-bound.
+    let mm = tune(&db, "matmul:M=64,N=64,K=64", "8", &[]);
+    assert_eq!(mm["memory_bound"], false, "{mm}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
