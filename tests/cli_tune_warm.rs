@@ -1,6 +1,7 @@
 //! `tensortune tune`'s cost model start (`--model`, `--cold`, and by default a model trained on
 //! the database's other workloads of the same target), its GB/s figure for memory-bound ops,
-//! and its report of the re-measured top programs against their tuning order.
+//! its report of the re-measured top programs against their tuning order, and records kept
+//! apart by thread count.
 
 use std::path::Path;
 use std::process::Command;
@@ -161,5 +162,40 @@ fn memory_bound_ops_report_gb_per_s_and_the_remeasured_ranking() {
     // A compute-bound op is not called memory-bound.
     let mm = tune(&db, "matmul:M=64,N=64,K=64", "8", &[]);
     assert_eq!(mm["memory_bound"], false, "{mm}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `run --db` on `threads` threads: the JSON it printed.
+fn run_with(db: &Path, workload: &str, threads: &str) -> serde_json::Value {
+    let out = bin()
+        .args(["run", "--workload", workload, "--threads", threads])
+        .args(["--repeat", "1", "--min-repeat-ms", "1", "--json", "--db"])
+        .arg(db)
+        .output()
+        .expect("runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("json")
+}
+
+#[test]
+fn a_two_thread_record_is_never_reused_for_one_thread() {
+    // The thread count is part of the target key: a schedule tuned with its parallel loop
+    // over two threads says nothing of one thread's best, in either direction.
+    let dir = temp_dir("threads");
+    let db = dir.join("t.db");
+    let w = "matmul:M=32,N=32,K=32";
+    let two = tune(&db, w, "8", &["--threads", "2"]);
+    assert!(two["target"].as_str().expect("key").ends_with("-threads=2"));
+    assert_eq!(run_with(&db, w, "2")["schedule"], "best record");
+    assert_eq!(run_with(&db, w, "1")["schedule"], "default schedule");
+    // A one-thread run resumes nothing of the two-thread one, and starts its model cold.
+    let one = tune(&db, w, "8", &["--threads", "1"]);
+    assert_eq!(one["resumed"]["trials"], 0, "{one}");
+    assert!(one["warm_start"].is_null(), "{one}");
+    assert_eq!(run_with(&db, w, "1")["schedule"], "best record");
     let _ = std::fs::remove_dir_all(&dir);
 }
