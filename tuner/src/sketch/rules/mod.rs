@@ -16,9 +16,10 @@
 //!   and a second sketch that packs an input (see its file);
 //! - [`Plain`]: the innermost spatial loop split for vector lanes, a compute location where
 //!   the stage has one consumer;
-//! - [`Rfactor`]: for a reduction (without reuse: the tiling rule skipped the rest) over at
-//!   least 8 elements, the innermost reduce loop as vector lanes of partial results, as an
-//!   alternative to the plain structure.
+//! - [`Rfactor`]: for a reduction over at least 8 elements, without reuse (the tiling rule
+//!   skipped the rest) or streaming an input once ([`streams_an_input`]: the GEMV of a dense
+//!   layer with one row), the innermost reduce loop as vector lanes of partial results, as an
+//!   alternative to the plain and tiled structures.
 //!
 //! Every rule adds the annotation holes of its stages: parallel outer loops (when the target
 //! has more than one thread), vectorization of the innermost loop, and an
@@ -274,6 +275,47 @@ pub fn has_data_reuse(dag: &ComputeDag, t: TensorId) -> bool {
         }
     });
     reuse
+}
+
+/// True for a reduction that reads some input element by element once per evaluation: a load
+/// whose indices are loop variables, among them every loop of the stage longer than one
+/// (spatial and reduce), such as
+/// the weights of a dense layer with one row (GEMV). Such a stage is bound by the bandwidth
+/// of that stream, whatever the tiling of the others; the tiling rule then also lets
+/// [`Rfactor`] offer vector lanes along the stream's reduce axis, so its loads are contiguous.
+pub fn streams_an_input(dag: &ComputeDag, t: TensorId) -> bool {
+    let op = dag.op(t);
+    let OpKind::Compute {
+        axes,
+        body: Expr::Reduce {
+            source,
+            axes: reduce,
+            ..
+        },
+    } = &op.kind
+    else {
+        return false;
+    };
+    let mut streams = false;
+    source.visit(&mut |e| {
+        if let Expr::Load { indices, .. } = e {
+            // Each index one loop variable, every loop longer than one among them: each
+            // element is read once (a window or a broadcast reads some elements again).
+            let plain = |id: u32| {
+                indices
+                    .iter()
+                    .any(|i| matches!(i, Expr::Var(v) if v.id == id))
+            };
+            streams |= indices
+                .iter()
+                .all(|i| matches!(i, Expr::Var(_) | Expr::Const(_)))
+                && axes
+                    .iter()
+                    .chain(reduce)
+                    .all(|a| a.extent <= 1 || plain(a.var.id));
+        }
+    });
+    streams
 }
 
 /// True for a stage that some later stage reads and that is not an output, and whose body is

@@ -84,7 +84,13 @@ impl SketchRule for MultiLevelTiling {
 
     fn applies(&self, cx: &RuleContext, t: TensorId) -> Applies {
         if cx.dag.info(t).combiner.is_some() && super::has_data_reuse(cx.dag, t) {
-            Applies::AndSkipRest
+            // A stage streaming one input is bandwidth-bound: let the reduction rules offer
+            // their structures beside the tiling.
+            if super::streams_an_input(cx.dag, t) {
+                Applies::Yes
+            } else {
+                Applies::AndSkipRest
+            }
         } else {
             Applies::No
         }

@@ -6,7 +6,8 @@ use super::{annotate, Applies, RuleContext, RuleError, SketchBuilder, SketchRule
 use tensortune_schedules::trace::Step;
 use tensortune_schedules::TensorId;
 
-/// rfactor of the innermost reduce axis: partial results over vector lanes, then a final sum.
+/// rfactor of the innermost reduce axis: partial results over vector lanes (up to
+/// [`MAX_CHAINS`] vectors of them), then a final sum.
 /// An alternative to [`super::Plain`] for reductions over at least 8 elements (fewer do not
 /// fill a vector).
 pub struct Rfactor;
@@ -31,6 +32,13 @@ impl SketchRule for Rfactor {
     }
 }
 
+/// Vectors of partial results the rfactored lanes may span. One vector makes each output one
+/// chain of dependent FMAs, bound by their latency rather than by memory: the GEMV of
+/// `dense_bias_relu:M=1,N=4096,K=4096` ran at 20 GB/s that way, a third of what two cores'
+/// streams reach (docs/measurements.md, "GEMV"). The FMA latency (4 cycles) times two ports
+/// needs 8 chains to keep the units busy.
+const MAX_CHAINS: i64 = 8;
+
 fn rfactor(cx: &RuleContext, b: &SketchBuilder, t: TensorId) -> Result<SketchBuilder, RuleError> {
     let mut b = b.clone();
     let p = b.pos(t)?;
@@ -38,7 +46,7 @@ fn rfactor(cx: &RuleContext, b: &SketchBuilder, t: TensorId) -> Result<SketchBui
     if n == 0 {
         return Err(RuleError::NoLoop { stage: p, iter: 0 });
     }
-    b.split(p, n - 1, 2, Some(cx.lanes(t)))?; // ..., k.0, k.1
+    b.split(p, n - 1, 2, Some(cx.lanes(t) * MAX_CHAINS))?; // ..., k.0, k.1
     b.fixed(Step::Rfactor { stage: p, iter: n })?; // rf at p: spatial..., k.1v, k.0
     let m = b.stage_leaves(p)? as u32;
     if m < 2 {
