@@ -7,7 +7,7 @@ use tensortune_schedules::trace::Step;
 use tensortune_schedules::TensorId;
 
 /// rfactor of the innermost reduce axis: partial results over vector lanes (up to
-/// [`MAX_CHAINS`] vectors of them), then a final sum.
+/// `MAX_CHAINS` vectors of them), then a final sum.
 /// An alternative to [`super::Plain`] for reductions over at least 8 elements (fewer do not
 /// fill a vector).
 pub struct Rfactor;
