@@ -40,7 +40,7 @@ pub use gpu::{
 };
 pub use gpu_reduce::CrossThreadReduction;
 pub use inline::AlwaysInline;
-pub use multi_level_tiling::{MultiLevelTiling, StructureError};
+pub use multi_level_tiling::{MultiLevelTiling, StructureError, REGISTER_TILE_VECTORS};
 pub use plain::Plain;
 pub use rfactor::Rfactor;
 

@@ -23,6 +23,14 @@ use tensortune_schedules::te::OpKind;
 use tensortune_schedules::trace::Step;
 use tensortune_schedules::{ComputeDag, Expr, TensorId};
 
+/// Vectors the register tile may span along the innermost spatial axis. One vector makes
+/// every broadcast of the other operand feed a single FMA, one load per FMA; two to four
+/// share each broadcast, so a core with two FMA ports and two load ports can keep both FMA
+/// ports busy (the micro-kernels of BLAS libraries are 6-8 rows by 2-4 vectors for this
+/// reason). A matmul tuned with up to four vectors ran 1.28x the one-vector best on one core
+/// (docs/measurements.md, "Register tiles of several vectors").
+pub const REGISTER_TILE_VECTORS: i64 = 4;
+
 /// Multi-level tiling with a structure of `S` (spatial) and `R` (reduce) levels.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MultiLevelTiling {
@@ -157,7 +165,7 @@ impl MultiLevelTiling {
         let lanes = cx.lanes(t);
         b.defer(SketchStep::VectorizeInnermost {
             tensor: ct,
-            max_lanes: lanes,
+            max_lanes: lanes * REGISTER_TILE_VECTORS,
         });
         unroll_hole(cx, &mut b, ct);
         if cx.target.threads() > 1 {
@@ -172,7 +180,7 @@ impl MultiLevelTiling {
     }
 
     /// Splits the compute stage's spatial axes into the structure's `S` levels (the last
-    /// axis's innermost within the vector lanes) and its reduce axes into its `R` levels, and
+    /// axis's innermost within [`REGISTER_TILE_VECTORS`] vectors) and its reduce axes into its `R` levels, and
     /// orders the loops as the structure reads.
     fn split_and_order(
         &self,
@@ -195,7 +203,7 @@ impl MultiLevelTiling {
             b.split(compute, (ns + r) as u32, rl, None)?;
         }
         for a in (0..ns).rev() {
-            let lanes = (a + 1 == ns).then(|| cx.lanes(t));
+            let lanes = (a + 1 == ns).then(|| cx.lanes(t) * REGISTER_TILE_VECTORS);
             holes[a] = b.split(compute, a as u32, sl.max(2), lanes)?;
         }
         // Loop `l` of spatial axis `a` is at sl*a + l; of reduce axis `k`, at sl*ns + rl*k + l.
