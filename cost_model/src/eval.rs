@@ -1,9 +1,15 @@
 //! Held-out evaluation of cost models on measured samples (what `tensortune model eval`
 //! prints).
 //!
-//! For each workload with at least [`EvalOptions::min_samples`] samples: shuffle them with
-//! the seed, train each model on the first [`EvalOptions::train_fraction`] and score the
-//! rest with [`crate::metrics`]. The random model's figures are averaged over
+//! For each workload with at least [`EvalOptions::min_samples`] samples, by
+//! [`EvalOptions::split`]:
+//! - [`Split::Within`]: shuffle its samples with the seed, train each model on the first
+//!   [`EvalOptions::train_fraction`] and score the rest;
+//! - [`Split::HeldOut`]: train on every sample of the *other* workloads and score all of its
+//!   own: how well the model ranks the programs of a shape it never saw, which is what a warm
+//!   start on a new workload relies on.
+//!
+//! Scores come from [`crate::metrics`]. The random model's figures are averaged over
 //! [`EvalOptions::random_repeats`] seeds so that its expected 0.5 shows as about 0.5.
 
 use std::collections::BTreeMap;
@@ -19,10 +25,24 @@ use crate::model::gbdt::{GbdtModel, GbdtOptions, Objective};
 use crate::model::random::RandomModel;
 use crate::model::{CostModel, Sample};
 
+/// Which samples a workload's models train on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Split {
+    /// A random part of the workload's own samples ([`EvalOptions::train_fraction`]).
+    #[default]
+    Within,
+    /// Every sample of the other workloads; the workload's own are all tested.
+    HeldOut,
+}
+
 /// How to evaluate.
 #[derive(Clone, Debug, PartialEq)]
 pub struct EvalOptions {
-    /// Fraction of each workload's samples trained on (the rest is tested).
+    /// Which samples each workload's models train on.
+    pub split: Split,
+    /// Fraction of each workload's samples trained on (the rest is tested), for
+    /// [`Split::Within`].
     pub train_fraction: f64,
     /// Workloads with fewer samples are skipped.
     pub min_samples: usize,
@@ -41,6 +61,7 @@ pub struct EvalOptions {
 impl Default for EvalOptions {
     fn default() -> EvalOptions {
         EvalOptions {
+            split: Split::Within,
             train_fraction: 0.8,
             min_samples: 50,
             seed: 0,
@@ -101,6 +122,8 @@ pub struct WorkloadEval {
 /// The whole evaluation.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct EvalReport {
+    /// How the samples were split.
+    pub split: Split,
     /// `k` of the top-k recall.
     pub top_k: usize,
     /// Per evaluated workload.
@@ -116,6 +139,43 @@ pub fn gbdt_name(objective: Objective) -> String {
     format!("gbdt-{}", objective.name())
 }
 
+/// Each model trained on `train`, its figures on `test`; the random model's averaged over
+/// [`EvalOptions::random_repeats`] seeds.
+fn score(
+    train: &[&Sample],
+    test: &[&Sample],
+    opts: &EvalOptions,
+) -> Result<BTreeMap<String, RankingMetrics>, ModelError> {
+    let train: Vec<Sample> = train.iter().map(|s| (*s).clone()).collect();
+    let test_features: Vec<_> = test.iter().map(|s| s.features.clone()).collect();
+    let truth: Vec<f64> = test.iter().map(|s| s.throughput).collect();
+    let mut models = BTreeMap::new();
+    for &objective in &opts.objectives {
+        let mut model = GbdtModel::new(GbdtOptions {
+            objective,
+            ..opts.gbdt.clone()
+        })?;
+        model.fit(train.clone())?;
+        let pred = model.predict(&test_features)?;
+        models.insert(
+            gbdt_name(objective),
+            RankingMetrics::of(&pred, &truth, opts.top_k),
+        );
+    }
+    let runs: Vec<RankingMetrics> = (0..opts.random_repeats.max(1))
+        .map(|r| {
+            let model = RandomModel::new(opts.seed.wrapping_add(1000 + r as u64));
+            let pred = model.predict(&test_features)?;
+            Ok(RankingMetrics::of(&pred, &truth, opts.top_k))
+        })
+        .collect::<Result<_, ModelError>>()?;
+    models.insert(
+        "random".to_string(),
+        RankingMetrics::mean(&runs.iter().collect::<Vec<_>>()),
+    );
+    Ok(models)
+}
+
 /// Evaluates on `samples` (any mix of workloads); see the module documentation.
 pub fn evaluate(samples: &[Sample], opts: &EvalOptions) -> Result<EvalReport, ModelError> {
     if !(opts.train_fraction > 0.0 && opts.train_fraction < 1.0) {
@@ -128,54 +188,46 @@ pub fn evaluate(samples: &[Sample], opts: &EvalOptions) -> Result<EvalReport, Mo
         by_workload.entry(s.workload.as_str()).or_default().push(s);
     }
     let mut report = EvalReport {
+        split: opts.split,
         top_k: opts.top_k,
         workloads: Vec::new(),
         skipped: Vec::new(),
         mean: BTreeMap::new(),
     };
-    for (w, (workload, group)) in by_workload.into_iter().enumerate() {
+    for (w, (workload, group)) in by_workload.iter().enumerate() {
         if group.len() < opts.min_samples.max(2) {
             report.skipped.push((workload.to_string(), group.len()));
             continue;
         }
-        let mut order: Vec<&Sample> = group;
-        let mut rng = ChaCha8Rng::seed_from_u64(opts.seed.wrapping_add(w as u64));
-        order.shuffle(&mut rng);
-        let n_train =
-            ((order.len() as f64 * opts.train_fraction).round() as usize).clamp(1, order.len() - 1);
-        let (train, test) = order.split_at(n_train);
-        let train: Vec<Sample> = train.iter().map(|s| (*s).clone()).collect();
-        let test_features: Vec<_> = test.iter().map(|s| s.features.clone()).collect();
-        let truth: Vec<f64> = test.iter().map(|s| s.throughput).collect();
-        let mut models = BTreeMap::new();
-        for &objective in &opts.objectives {
-            let mut model = GbdtModel::new(GbdtOptions {
-                objective,
-                ..opts.gbdt.clone()
-            })?;
-            model.fit(train.clone())?;
-            let pred = model.predict(&test_features)?;
-            models.insert(
-                gbdt_name(objective),
-                RankingMetrics::of(&pred, &truth, opts.top_k),
-            );
-        }
-        let runs: Vec<RankingMetrics> = (0..opts.random_repeats.max(1))
-            .map(|r| {
-                let model = RandomModel::new(opts.seed.wrapping_add(1000 + r as u64));
-                let pred = model.predict(&test_features)?;
-                Ok(RankingMetrics::of(&pred, &truth, opts.top_k))
-            })
-            .collect::<Result<_, ModelError>>()?;
-        models.insert(
-            "random".to_string(),
-            RankingMetrics::mean(&runs.iter().collect::<Vec<_>>()),
-        );
+        let (train, test): (Vec<&Sample>, Vec<&Sample>) = match opts.split {
+            Split::Within => {
+                let mut order: Vec<&Sample> = group.clone();
+                let mut rng = ChaCha8Rng::seed_from_u64(opts.seed.wrapping_add(w as u64));
+                order.shuffle(&mut rng);
+                let n_train = ((order.len() as f64 * opts.train_fraction).round() as usize)
+                    .clamp(1, order.len() - 1);
+                let (train, test) = order.split_at(n_train);
+                (train.to_vec(), test.to_vec())
+            }
+            Split::HeldOut => {
+                let others: Vec<&Sample> = by_workload
+                    .iter()
+                    .filter(|(other, _)| *other != workload)
+                    .flat_map(|(_, g)| g.iter().copied())
+                    .collect();
+                if others.len() < 2 {
+                    // Nothing else to learn from: the workload cannot be held out.
+                    report.skipped.push((workload.to_string(), group.len()));
+                    continue;
+                }
+                (others, group.clone())
+            }
+        };
         report.workloads.push(WorkloadEval {
             workload: workload.to_string(),
             train: train.len(),
             test: test.len(),
-            models,
+            models: score(&train, &test, opts)?,
         });
     }
     let names: Vec<String> = report

@@ -1,7 +1,7 @@
 //! Samples from a records database, and the held-out evaluation on them.
 
 use tensortune_cost_model::dataset::samples_from_records;
-use tensortune_cost_model::eval::{evaluate, EvalOptions};
+use tensortune_cost_model::eval::{evaluate, EvalOptions, Split};
 use tensortune_cost_model::{GbdtModel, GbdtOptions};
 use tensortune_records::{Database, ErrorKind, NewRecord, Timing, Workload};
 use tensortune_schedules::{ops::WorkloadSpec, random::random_state};
@@ -83,4 +83,63 @@ fn records_become_samples_and_bad_traces_are_skipped() {
     assert_eq!(w.train + w.test, 61);
     assert!(w.models.contains_key("random") && w.models.len() == 2);
     assert!(eval.mean.contains_key("random"));
+}
+
+/// Samples of random programs of `spec`, each "measured" at a throughput that is a fixed
+/// function of its features (the same function for every workload), so that what the model
+/// learns on one workload carries to another.
+fn learnable_samples(
+    spec: &str,
+    seeds: std::ops::Range<u64>,
+) -> Vec<tensortune_cost_model::Sample> {
+    let spec = WorkloadSpec::parse(spec).unwrap();
+    let dag = spec.build().unwrap();
+    seeds
+        .map(|seed| {
+            let state = random_state(&dag, seed, 12, false);
+            let func = tensortune_schedules::lower::lower(&state).unwrap();
+            let features = tensortune_cost_model::ProgramFeatures::extract(&func);
+            let first = features.row(0).unwrap_or(&[]);
+            let score: f64 = first.iter().map(|&v| f64::from(v).abs().ln_1p()).sum();
+            tensortune_cost_model::Sample {
+                features,
+                workload: spec.canonical(),
+                throughput: 1.0 + score,
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn held_out_evaluation_trains_on_the_other_workloads_only() {
+    let mut samples = learnable_samples("matmul:M=32,N=32,K=32", 0..80);
+    samples.extend(learnable_samples("matmul:M=24,N=40,K=16", 100..160));
+    let opts = EvalOptions {
+        split: Split::HeldOut,
+        min_samples: 20,
+        gbdt: GbdtOptions {
+            rounds: 30,
+            threads: 2,
+            ..GbdtOptions::default()
+        },
+        ..EvalOptions::default()
+    };
+    let eval = evaluate(&samples, &opts).unwrap();
+    assert_eq!(eval.split, Split::HeldOut);
+    let counts: Vec<(usize, usize)> = eval.workloads.iter().map(|w| (w.train, w.test)).collect();
+    // By key order: K=16 (60 samples) first, then K=32 (80).
+    assert_eq!(counts, vec![(80, 60), (60, 80)]);
+    for w in &eval.workloads {
+        let gbdt = w.models["gbdt-rank-pairwise"].pairwise_accuracy.unwrap();
+        let random = w.models["random"].pairwise_accuracy.unwrap();
+        assert!(
+            gbdt > random + 0.15,
+            "{}: {gbdt} against {random}",
+            w.workload
+        );
+    }
+    // A workload alone has nothing to be held out from.
+    let alone = evaluate(&samples[..80], &opts).unwrap();
+    assert!(alone.workloads.is_empty());
+    assert_eq!(alone.skipped.len(), 1);
 }

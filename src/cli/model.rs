@@ -1,8 +1,9 @@
 //! `tensortune model`: the learned cost model on a records database.
 //!
-//! - `model eval`: per workload, train on a random 80% of its records and report on the rest
-//!   the pairwise ranking accuracy, Spearman correlation and top-5 recall of the
-//!   gradient-boosted model beside the random model's.
+//! - `model eval`: per workload, train on a random 80% of its records (with `--held-out`, on
+//!   the other workloads' records) and report on the rest the pairwise ranking accuracy,
+//!   Spearman correlation and top-5 recall of the gradient-boosted model beside the random
+//!   model's.
 //! - `model train`: train on every record of a target and save the model, so that a new
 //!   tuning run can start warm.
 
@@ -10,7 +11,7 @@ use super::CliError;
 use std::io::Write;
 use std::path::PathBuf;
 use tensortune_cost_model::dataset::samples_from_records;
-use tensortune_cost_model::eval::{evaluate, EvalOptions, RankingMetrics};
+use tensortune_cost_model::eval::{evaluate, EvalOptions, RankingMetrics, Split};
 use tensortune_cost_model::{GbdtModel, GbdtOptions, ModelError, Objective};
 use tensortune_records::Database;
 
@@ -30,7 +31,7 @@ pub struct ModelArgs {
 pub enum ModelCommand {
     /// Held-out ranking quality of the cost model, per workload, beside the random model.
     #[command(
-        after_help = "Example:\n  tensortune model eval --db tuning.db\n  tensortune model eval --db tuning.db --objective both --json"
+        after_help = "Example:\n  tensortune model eval --db tuning.db\n  tensortune model eval --db tuning.db --held-out\n  tensortune model eval --db tuning.db --objective both --json"
     )]
     Eval(EvalArgs),
     /// Train the cost model on every record of a target and save it.
@@ -65,6 +66,10 @@ pub struct EvalArgs {
     /// Seed of the split.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Train each workload's model on the other workloads' records only and test it on all of
+    /// its own (shapes the model never saw), instead of on a random 80% of its own.
+    #[arg(long)]
+    pub held_out: bool,
     /// Boosting rounds.
     #[arg(long)]
     pub rounds: Option<u32>,
@@ -202,6 +207,11 @@ pub fn eval(args: &EvalArgs, out: &mut dyn Write) -> Result<(), CliError> {
         gbdt.min_child_weight = w;
     }
     let opts = EvalOptions {
+        split: if args.held_out {
+            Split::HeldOut
+        } else {
+            Split::Within
+        },
         min_samples: args.min_records,
         seed: args.seed,
         gbdt,
