@@ -5,6 +5,7 @@
 #   LLVM 19 (llvm-config-19, linked statically through inkwell, with Polly and zstd);
 #   the build tools of XGBoost's bundled C++ source (cmake, ninja, a C++ compiler, libclang);
 #   with --for-tests, also Debian's chromium (a test renders `tensortune report` in it),
+#   Debian's postgresql (the records tests' server, started by scripts/pg-test-server.sh),
 #   numpy (the baseline benchmarks) and, best effort, ptxas from the nvidia-cuda-nvcc-cu12
 #   wheel (tests/nvptx.rs assembles the PTX it emits; it skips that check without one).
 #
@@ -50,6 +51,8 @@ if [ -z "${LIBCLANG_PATH:-}" ]; then
 fi
 if [ "$for_tests" -eq 1 ]; then
   has_cmd chromium || has_cmd chromium-browser || [ -n "${TENSORTUNE_CHROMIUM:-}" ] || need+=(chromium)
+  # The server's own binaries (Debian keeps them off the PATH), not only a client.
+  has_cmd pg_ctl || has_file /usr/lib/postgresql/*/bin/pg_ctl || need+=(postgresql)
 fi
 
 if [ "${#need[@]}" -gt 0 ]; then

@@ -61,6 +61,7 @@ pub mod kernel;
 pub mod measure;
 #[cfg(feature = "tuning")]
 pub mod npy;
+pub mod plan;
 pub mod plausible;
 pub mod probe;
 pub mod runtime;

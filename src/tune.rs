@@ -325,13 +325,16 @@ pub fn tune_dags<B: Backend>(
         .collect();
     let start = Instant::now();
     let summary = {
-        let mut tuner = Tuner::new(
-            opts.clone(),
-            measurer.as_mut(),
-            db.as_mut(),
-            Box::new(model),
-        )
-        .for_target(target, backend.rules());
+        // The options go into the run's row: a server URL without its password.
+        let recorded = TuneOptions {
+            db: opts
+                .db
+                .as_ref()
+                .map(|db| std::path::PathBuf::from(tensortune_records::redacted(db))),
+            ..opts.clone()
+        };
+        let mut tuner = Tuner::new(recorded, measurer.as_mut(), db.as_mut(), Box::new(model))
+            .for_target(target, backend.rules());
         if opts.quiet {
             tuner.run(inputs, &mut Silent)?
         } else {

@@ -13,7 +13,8 @@ use crate::validate::ValidationError;
 /// Result alias used throughout the crate.
 pub type Result<T, E = RecordsError> = std::result::Result<T, E>;
 
-/// What went wrong while opening, reading or writing a records database.
+/// What went wrong while opening, reading or writing a records database. `path` is the
+/// database's file, or its server's URL without the password.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RecordsError {
@@ -96,6 +97,51 @@ pub enum RecordsError {
         #[source]
         source: rusqlite::Error,
     },
+    /// The PostgreSQL server refused an operation, or could not be reached.
+    #[error("{}: {message}", path.display())]
+    Postgres {
+        /// The server's URL, without its password.
+        path: PathBuf,
+        /// The SQLSTATE of the server's error, when the server answered.
+        code: Option<String>,
+        /// True when the connection itself failed (refused, reset, closed, the server
+        /// shutting down) rather than a statement.
+        connection: bool,
+        /// The server's or the client's description.
+        message: String,
+    },
+    /// A write lost its connection to the server on every attempt. Each attempt was one
+    /// transaction, so the write is stored whole or not at all.
+    #[error(
+        "{}: lost the connection to the server on {attempts} attempt(s) of one write, \
+         which is stored whole or not at all: {message}",
+        path.display()
+    )]
+    ConnectionLost {
+        /// The server's URL, without its password.
+        path: PathBuf,
+        /// How many times the write was tried.
+        attempts: u32,
+        /// The last failure.
+        message: String,
+    },
+    /// A `postgres://` URL that does not parse.
+    #[error("{}: not a valid PostgreSQL URL: {message}", path.display())]
+    BadUrl {
+        /// The URL, without its password.
+        path: PathBuf,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// A `postgres://` URL, in a build without the `postgres` feature.
+    #[error(
+        "{}: this build of tensortune has no PostgreSQL support (the `postgres` feature)",
+        path.display()
+    )]
+    NoPostgres {
+        /// The URL, without its password.
+        path: PathBuf,
+    },
     /// Reading or writing a file other than the database failed.
     #[error("{}: {source}", path.display())]
     Io {
@@ -149,6 +195,10 @@ impl RecordsError {
             | RecordsError::ImportRejected { .. }
             | RecordsError::MergeIntoSelf { .. }
             | RecordsError::NoWal { .. }
+            | RecordsError::BadUrl { .. }
+            | RecordsError::NoPostgres { .. }
+            // A server that is down or unreachable is the user's to start or reach.
+            | RecordsError::ConnectionLost { .. }
             // Another process's to release (or a longer timeout to ask for), not a bug here.
             | RecordsError::Locked { .. } => true,
             // A full disk is the user's to free, like every other place it shows up: the
@@ -176,6 +226,15 @@ impl RecordsError {
                         | rusqlite::ErrorCode::SystemIoFailure
                 )
             ),
+            // Unreachable, wrong credentials, no such database or schema, no permission.
+            RecordsError::Postgres {
+                code, connection, ..
+            } => {
+                *connection
+                    || code.as_deref().is_some_and(|c| {
+                        c.starts_with("28") || ["3D000", "3F000", "42501", "25006"].contains(&c)
+                    })
+            }
             RecordsError::InvalidRecord { .. } | RecordsError::UnknownRun { .. } => false,
         }
     }
@@ -185,6 +244,18 @@ impl RecordsError {
     /// True for SQLite's "database is busy" or "locked": another connection holds a lock.
     pub(crate) fn is_busy(&self) -> bool {
         matches!(self, RecordsError::Locked { .. })
+    }
+
+    /// True when trying the same write again on a new connection may succeed: the
+    /// connection to a server failed, or the server chose this transaction to abort in a
+    /// deadlock or a serialization conflict with another writer.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            RecordsError::Postgres {
+                code, connection, ..
+            } => *connection || matches!(code.as_deref(), Some("40001" | "40P01")),
+            _ => false,
+        }
     }
 }
 

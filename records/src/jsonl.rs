@@ -21,7 +21,8 @@
 //! * exactly one of `result` (`median_s`, `min_s`, `max_s` in seconds, `repeats`) and
 //!   `error` (`kind`: `compile`, `runtime`, `timeout`, `wrong_result` or `other`; `message`).
 //! * `measured_at`: `YYYY-MM-DDTHH:MM:SS.mmmZ`.
-//! * `run`: the provenance, or absent. Runs are matched across databases by `uid`.
+//! * `run`: the provenance, or absent. Runs are matched across databases by `uid`. A run of
+//!   a plan has `plan` (`id`, `shard`, `shards`); a run of none has no `plan` field.
 //!
 //! Unknown fields are ignored, so a later minor addition stays readable by this build.
 //! Export writes records sorted by workload key, target, measurement time and content id,
@@ -40,12 +41,13 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use crate::db::{insert_stored, sqlite_error, upsert_run, Database, StoredRecord};
+use crate::db::{insert_stored, upsert_run, Database, StoredRecord};
 use crate::error::{LineError, LineErrorKind, RecordsError, Result};
 use crate::hash::{compact_json, trace_hash};
+use crate::store::Tx;
 use crate::time::Timestamp;
 use crate::types::{
-    NewRecord, Outcome, Record, RunId, RunInfo, Timing, UnknownErrorKind, Workload,
+    NewRecord, Outcome, Record, RunId, RunInfo, RunPlan, Timing, UnknownErrorKind, Workload,
 };
 use crate::validate::{check_foreign, RecordValidator};
 
@@ -116,6 +118,10 @@ struct LineRun {
     target: String,
     seed: Option<u64>,
     options: String,
+    /// Which plan and shard the run tuned; absent for a run of no plan (and in lines
+    /// written before plans existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    plan: Option<RunPlan>,
 }
 
 /// Only the `format` field, to name the format of a line that does not parse as ours.
@@ -169,6 +175,7 @@ pub fn to_json_line(record: &Record, run: Option<&RunInfo>) -> String {
             target: r.target.clone(),
             seed: r.seed,
             options: r.options.clone(),
+            plan: r.plan.clone(),
         }),
     };
     // Serializing plain strings, numbers and raw JSON cannot fail; non-finite floats (which
@@ -253,6 +260,7 @@ fn parse_line(text: &str, validator: &dyn RecordValidator) -> Result<Parsed, Lin
             seed: r.seed,
             options: r.options,
             records: 0,
+            plan: r.plan,
         }),
     };
     let checked = check_foreign(
@@ -344,84 +352,92 @@ impl Database {
         validator: &dyn RecordValidator,
         mode: ImportMode,
     ) -> Result<ImportReport> {
-        let db_path = self.path.clone();
-        let tx = self.write_tx()?;
-        let mut report = ImportReport::default();
-        let mut runs: HashMap<String, RunId> = HashMap::new();
-        let mut bytes = Vec::new();
-        let mut number = 0;
-        loop {
-            bytes.clear();
-            let n = input
-                .read_until(b'\n', &mut bytes)
-                .map_err(|source_err| RecordsError::Io {
-                    path: source.to_path_buf(),
-                    source: source_err,
-                })?;
-            if n == 0 {
-                break;
-            }
-            number += 1;
-            let reject = |kind| LineError {
-                path: source.to_path_buf(),
-                line: number,
-                kind,
-            };
-            let Ok(text) = std::str::from_utf8(&bytes) else {
-                report.lines += 1;
-                report.rejected.push(reject(LineErrorKind::NotUtf8));
-                continue;
-            };
-            let text = text.trim();
-            if text.is_empty() {
-                continue;
-            }
-            report.lines += 1;
-            let parsed = match parse_line(text, validator) {
-                Ok(parsed) => parsed,
-                Err(kind) => {
-                    report.rejected.push(reject(kind));
-                    continue;
-                }
-            };
-            if mode == ImportMode::Strict && !report.rejected.is_empty() {
-                // Nothing will be committed; keep checking lines to report them all.
-                continue;
-            }
-            let run = match &parsed.run {
-                None => None,
-                Some(info) => Some(match runs.get(&info.uid) {
-                    Some(id) => (*id, info.uid.as_str()),
-                    None => {
-                        let id = upsert_run(&tx, info).map_err(|e| sqlite_error(&db_path, e))?;
-                        runs.insert(info.uid.clone(), id);
-                        (id, info.uid.as_str())
-                    }
-                }),
-            };
-            let stored = StoredRecord {
-                workload: &parsed.workload,
-                target: &parsed.target,
-                trace: &parsed.trace,
-                trace_hash: parsed.trace_hash.clone(),
-                outcome: &parsed.outcome,
-                measured_at: parsed.measured_at,
-                run,
-            };
-            if insert_stored(&tx, &stored).map_err(|e| sqlite_error(&db_path, e))? {
-                report.imported += 1;
-            } else {
-                report.duplicates += 1;
-            }
-        }
-        if mode == ImportMode::Strict && !report.rejected.is_empty() {
-            // Dropping the transaction rolls it back.
-            drop(tx);
-            return Err(RecordsError::ImportRejected {
-                errors: report.rejected,
-            });
-        }
-        tx.commit().map_err(|e| sqlite_error(&db_path, e))?;
-        Ok(report)
+        // Not tried again on a lost connection: the input is read once, as it streams.
+        self.write_once(&mut |tx| import_lines(tx, &mut input, source, validator, mode))
     }
+}
+
+/// Reads every line of `input` and inserts the good ones in the open transaction; a strict
+/// import with a bad line returns the error that rolls it back.
+fn import_lines(
+    tx: &mut dyn Tx,
+    input: &mut dyn BufRead,
+    source: &Path,
+    validator: &dyn RecordValidator,
+    mode: ImportMode,
+) -> Result<ImportReport> {
+    let mut report = ImportReport::default();
+    let mut runs: HashMap<String, RunId> = HashMap::new();
+    let mut bytes = Vec::new();
+    let mut number = 0;
+    loop {
+        bytes.clear();
+        let n = input
+            .read_until(b'\n', &mut bytes)
+            .map_err(|source_err| RecordsError::Io {
+                path: source.to_path_buf(),
+                source: source_err,
+            })?;
+        if n == 0 {
+            break;
+        }
+        number += 1;
+        let reject = |kind| LineError {
+            path: source.to_path_buf(),
+            line: number,
+            kind,
+        };
+        let Ok(text) = std::str::from_utf8(&bytes) else {
+            report.lines += 1;
+            report.rejected.push(reject(LineErrorKind::NotUtf8));
+            continue;
+        };
+        let text = text.trim();
+        if text.is_empty() {
+            continue;
+        }
+        report.lines += 1;
+        let parsed = match parse_line(text, validator) {
+            Ok(parsed) => parsed,
+            Err(kind) => {
+                report.rejected.push(reject(kind));
+                continue;
+            }
+        };
+        if mode == ImportMode::Strict && !report.rejected.is_empty() {
+            // Nothing will be committed; keep checking lines to report them all.
+            continue;
+        }
+        let run = match &parsed.run {
+            None => None,
+            Some(info) => Some(match runs.get(&info.uid) {
+                Some(id) => (*id, info.uid.as_str()),
+                None => {
+                    let id = upsert_run(tx, info)?;
+                    runs.insert(info.uid.clone(), id);
+                    (id, info.uid.as_str())
+                }
+            }),
+        };
+        let stored = StoredRecord {
+            workload: &parsed.workload,
+            target: &parsed.target,
+            trace: &parsed.trace,
+            trace_hash: parsed.trace_hash.clone(),
+            outcome: &parsed.outcome,
+            measured_at: parsed.measured_at,
+            run,
+        };
+        if insert_stored(tx, &stored)? {
+            report.imported += 1;
+        } else {
+            report.duplicates += 1;
+        }
+    }
+    if mode == ImportMode::Strict && !report.rejected.is_empty() {
+        return Err(RecordsError::ImportRejected {
+            errors: report.rejected,
+        });
+    }
+    Ok(report)
 }

@@ -1,7 +1,8 @@
 //! tensortune-records: the database of measured schedules.
 //!
-//! This crate owns the SQLite file that tuning runs write and later builds read: the schema
-//! and its migrations ([`schema`]), inserting measured batches, best-k queries, the set of
+//! This crate owns the database that tuning runs write and later builds read — a SQLite file,
+//! or a database on a PostgreSQL server that many machines share — the schema and its
+//! migrations ([`schema`]), inserting measured batches, best-k queries, the set of
 //! traces already measured (for dedupe and resume), JSON-lines export and import ([`jsonl`])
 //! and merging of databases ([`merge`]). It knows workloads and traces only as text: a
 //! workload by its canonical spec (the workload key, e.g.
@@ -17,11 +18,20 @@
 //! error kind and message, measurement time, run). A record has a timing exactly when it has
 //! no error. Times are UTC text `YYYY-MM-DDTHH:MM:SS.mmmZ`.
 //!
+//! # Two kinds of database
+//!
+//! [`Database::open`] takes a path or a URL: `tuning.db` is a SQLite file (nothing to start;
+//! the default), `postgres://user@host/dbname` a PostgreSQL server (with the `postgres`
+//! feature, on by default). Behind [`Database`] one storage interface has an
+//! implementation for each; the schema, its versions, the content ids and every query are
+//! the same on both, so records export to the same lines from either and merge between them.
+//!
 //! # Safety of the data
 //!
-//! WAL mode, `synchronous = FULL`, one transaction per batch: a process killed at any
-//! instant loses at most the batch it was writing, and several processes may write one
-//! database at once (see [`Database`]).
+//! One transaction per batch: a process killed at any instant loses at most the batch it
+//! was writing, never part of one, and several processes may write one database at once. A
+//! file is in WAL mode with `synchronous = FULL`; a server retries a batch whose connection
+//! failed, and content ids keep the retry from storing anything twice (see [`Database`]).
 //!
 //! ```
 //! use tensortune_records::{Database, NewRecord, NewRun, Timing, Workload};
@@ -33,6 +43,7 @@
 //!     target: "llvm -mcpu=znver4".into(),
 //!     seed: Some(42),
 //!     options: "--trials 64".into(),
+//!     plan: None,
 //! })?;
 //! let matmul = Workload::new("matmul:K=64,M=64,N=64,dtype=f32", 2.0 * 64.0 * 64.0 * 64.0);
 //! let timing = Timing { median_s: 2e-5, min_s: 1.9e-5, max_s: 2.4e-5, repeats: 10 };
@@ -52,21 +63,27 @@ mod error;
 mod hash;
 pub mod jsonl;
 pub mod merge;
+mod query;
 pub mod schema;
+mod store;
 mod time;
 mod types;
 mod validate;
 
 pub use atomic::{write_atomic, write_bytes_atomic};
-pub use db::{busy_timeout, check_busy_timeout_env, Database, BUSY_TIMEOUT, BUSY_TIMEOUT_ENV};
+pub use db::{
+    busy_timeout, check_busy_timeout_env, Database, BUSY_TIMEOUT, BUSY_TIMEOUT_ENV, WRITE_ATTEMPTS,
+};
 pub use error::{InvalidReason, LineError, LineErrorKind, RecordsError, Result};
-pub use hash::{compact_json, trace_hash};
+pub use hash::{compact_json, sha256_hex, trace_hash};
 pub use jsonl::{to_json_line, ImportMode, ImportReport, FORMAT};
 pub use merge::{MergeReport, RejectedRecord};
 pub use schema::SCHEMA_VERSION;
+pub use store::{is_server, redacted, Backend};
 pub use time::{Timestamp, TimestampError};
 pub use types::{
-    ErrorKind, NewRecord, NewRun, Outcome, Record, RecordId, RunId, RunInfo, Summary, Timing,
-    UnknownErrorKind, Workload, WorkloadInfo, MAX_FLOPS_PER_S, MIN_LATENCY_S,
+    ErrorKind, NewRecord, NewRun, Outcome, PlanProgress, Record, RecordId, RunId, RunInfo, RunPlan,
+    StoredPlan, Summary, Timing, UnknownErrorKind, Workload, WorkloadInfo, MAX_FLOPS_PER_S,
+    MIN_LATENCY_S,
 };
 pub use validate::{op_name, JsonSyntaxValidator, RecordValidator, ValidWorkload, ValidationError};

@@ -12,15 +12,18 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use crate::db::{insert_stored, sqlite_error, upsert_run, Database, StoredRecord, OUT_OF_RANGE};
+use crate::db::{insert_stored, put_plan, upsert_run, Database, StoredRecord};
 use crate::error::{InvalidReason, LineErrorKind, RecordsError, Result};
+use crate::query::OUT_OF_RANGE;
+use crate::store::Tx;
 use crate::types::{ErrorKind, NewRecord, Outcome, RunId};
 use crate::validate::{check_foreign, RecordValidator};
 
 /// What a merge did.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct MergeReport {
-    /// Per source, in the order given: (path, records read, records new to the target).
+    /// Per source, in the order given: (path or URL without password, records read,
+    /// records new to the target).
     pub sources: Vec<(PathBuf, usize, usize)>,
     /// Records of the sources that failed the validator and were not copied.
     pub rejected: Vec<RejectedRecord>,
@@ -46,97 +49,117 @@ impl MergeReport {
 }
 
 impl Database {
-    /// Merges the databases at `sources` into this one, in one transaction: all of them or
-    /// (on any error) none. Every source is opened and checked before anything is written;
-    /// records that `validator` rejects are reported in [`MergeReport::rejected`] and left out.
+    /// Merges the databases at `sources` (files or server URLs, of either kind whatever this
+    /// one is) into this one, in one transaction: all of them or (on any error) none. Every
+    /// source is opened and checked before anything is written; records that `validator`
+    /// rejects are reported in [`MergeReport::rejected`] and left out. The plans of the
+    /// sources' runs come along with the runs.
     pub fn merge_from(
         &mut self,
         sources: &[impl AsRef<Path>],
         validator: &dyn RecordValidator,
     ) -> Result<MergeReport> {
-        let own = canonical(&self.path);
+        let own = self.store.identity();
         let mut opened = Vec::with_capacity(sources.len());
         for source in sources {
-            let source = source.as_ref();
-            if source.exists() && canonical(source) == own {
+            let source = Database::open_read_only(source)?;
+            if source.store.identity() == own {
                 return Err(RecordsError::MergeIntoSelf {
-                    path: source.to_path_buf(),
+                    path: source.location().to_path_buf(),
                 });
             }
-            opened.push(Database::open_read_only(source)?);
+            opened.push(source);
         }
-        let db_path = self.path.clone();
-        let tx = self.write_tx()?;
-        let mut report = MergeReport::default();
-        for source in &opened {
-            let mut runs: HashMap<String, RunId> = HashMap::new();
-            // Runs first, including those without records, so that provenance travels whole.
-            for run in source.runs()? {
-                let id = upsert_run(&tx, &run).map_err(|e| sqlite_error(&db_path, e))?;
-                runs.insert(run.uid, id);
+        self.write_once(&mut |tx| {
+            let mut report = MergeReport::default();
+            for source in &opened {
+                let (read, added) = merge_one(tx, source, validator, &mut report.rejected)?;
+                report
+                    .sources
+                    .push((source.location().to_path_buf(), read, added));
             }
-            let (mut read, mut added) = (0, 0);
-            let mut rejected = Vec::new();
-            source.for_each_record_with_run(|r| {
-                read += 1;
-                let forged = match &r.record.outcome {
-                    Outcome::Failed {
-                        kind: ErrorKind::Other,
-                        message,
-                    } if message.starts_with(OUT_OF_RANGE) => Some(message.clone()),
-                    _ => None,
-                };
-                let checked = match forged {
-                    Some(message) => Err(LineErrorKind::Invalid(InvalidReason::BadTiming(message))),
-                    None => check_foreign(
-                        NewRecord {
-                            workload: r.record.workload.clone(),
-                            target: r.record.target.clone(),
-                            trace_json: r.record.trace_json.clone(),
-                            outcome: r.record.outcome.clone(),
-                            measured_at: r.record.measured_at,
-                        },
-                        validator,
-                    ),
-                };
-                let checked = match checked {
-                    Ok(c) => c,
-                    Err(kind) => {
-                        rejected.push(RejectedRecord {
-                            path: source.path.clone(),
-                            uid: r.record.uid.clone(),
-                            kind,
-                        });
-                        return Ok(());
-                    }
-                };
-                let run = r
-                    .run
-                    .as_ref()
-                    .and_then(|info| runs.get(&info.uid).map(|id| (*id, info.uid.as_str())));
-                let stored = StoredRecord {
-                    workload: &checked.workload,
-                    target: &checked.target,
-                    trace: &checked.trace_json,
-                    trace_hash: crate::hash::trace_hash(&checked.trace_json),
-                    outcome: &checked.outcome,
-                    measured_at: checked.measured_at,
-                    run,
-                };
-                if insert_stored(&tx, &stored).map_err(|e| sqlite_error(&db_path, e))? {
-                    added += 1;
-                }
-                Ok(())
-            })?;
-            report.rejected.append(&mut rejected);
-            report.sources.push((source.path.clone(), read, added));
-        }
-        tx.commit().map_err(|e| sqlite_error(&db_path, e))?;
-        Ok(report)
+            Ok(report)
+        })
     }
 }
 
-/// The path with links and `..` resolved, or as given when it cannot be resolved.
-fn canonical(path: &Path) -> PathBuf {
-    std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
+/// Copies one source's plans, runs and valid records in the open transaction; returns the
+/// records read and the records new to the target.
+fn merge_one(
+    tx: &mut dyn Tx,
+    source: &Database,
+    validator: &dyn RecordValidator,
+    rejected: &mut Vec<RejectedRecord>,
+) -> Result<(usize, usize)> {
+    for plan in source.plans()? {
+        put_plan(tx, &plan.id, plan.created_at, &plan.body)?;
+    }
+    let mut runs: HashMap<String, RunId> = HashMap::new();
+    // Runs first, including those without records, so that provenance travels whole.
+    for run in source.runs()? {
+        let id = upsert_run(tx, &run)?;
+        runs.insert(run.uid, id);
+    }
+    let (mut read, mut added) = (0, 0);
+    source.for_each_record_with_run(|r| {
+        read += 1;
+        let checked = match check_merged(&r.record, validator) {
+            Ok(c) => c,
+            Err(kind) => {
+                rejected.push(RejectedRecord {
+                    path: source.location().to_path_buf(),
+                    uid: r.record.uid.clone(),
+                    kind,
+                });
+                return Ok(());
+            }
+        };
+        let run = r
+            .run
+            .as_ref()
+            .and_then(|info| runs.get(&info.uid).map(|id| (*id, info.uid.as_str())));
+        let stored = StoredRecord {
+            workload: &checked.workload,
+            target: &checked.target,
+            trace: &checked.trace_json,
+            trace_hash: crate::hash::trace_hash(&checked.trace_json),
+            outcome: &checked.outcome,
+            measured_at: checked.measured_at,
+            run,
+        };
+        if insert_stored(tx, &stored)? {
+            added += 1;
+        }
+        Ok(())
+    })?;
+    Ok((read, added))
+}
+
+/// A source's record checked as an imported line is, or why it is left out. A row whose
+/// stored timing could not have been measured is left out by name.
+fn check_merged(
+    record: &crate::Record,
+    validator: &dyn RecordValidator,
+) -> Result<NewRecord, LineErrorKind> {
+    if let Outcome::Failed {
+        kind: ErrorKind::Other,
+        message,
+    } = &record.outcome
+    {
+        if message.starts_with(OUT_OF_RANGE) {
+            return Err(LineErrorKind::Invalid(InvalidReason::BadTiming(
+                message.clone(),
+            )));
+        }
+    }
+    check_foreign(
+        NewRecord {
+            workload: record.workload.clone(),
+            target: record.target.clone(),
+            trace_json: record.trace_json.clone(),
+            outcome: record.outcome.clone(),
+            measured_at: record.measured_at,
+        },
+        validator,
+    )
 }

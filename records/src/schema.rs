@@ -1,6 +1,8 @@
-//! The schema, its versions, and the migrations that run on open.
+//! The schema, its versions, and the migrations that run on open: of SQLite files here, of
+//! PostgreSQL databases in the server store (the same tables and columns in the server's
+//! types, created directly at version 3).
 //!
-//! The version lives in `PRAGMA user_version`; `PRAGMA application_id` marks the file as a
+//! In a file the version lives in `PRAGMA user_version`; `PRAGMA application_id` marks the file as a
 //! tensortune records database. Opening a database brings it to [`SCHEMA_VERSION`] in one
 //! `BEGIN IMMEDIATE` transaction, so a migration either happens whole or not at all, and two
 //! processes opening an old file at once migrate it once (the second re-reads the version
@@ -13,9 +15,14 @@
 //! * **v2**: `workloads.op` (the op name, backfilled from the key) with the index
 //!   `workloads_by_op`, and the index `records_by_trace` on (workload, target, trace hash) for
 //!   the measured-trace set.
+//! * **v3**: `runs.plan_id`, `runs.shard`, `runs.shards` (which plan and which shard of it a
+//!   run tuned; null for a run of no plan) with the index `runs_by_plan`; the table
+//!   `plans(id, created_at, body)` holding each plan a run of the database tuned (its JSON);
+//!   the index `records_by_run`.
 //!
-//! Readers of other databases ([`crate::Database::open_read_only`], used by merge) read only
-//! columns that exist since v1, so they read every version without migrating the file.
+//! Readers of other databases ([`crate::Database::open_read_only`], used by merge) read the
+//! plan columns only from v3 on and everything else from columns that exist since v1, so
+//! they read every version without migrating the file.
 //!
 //! # Invariants the schema enforces
 //!
@@ -28,7 +35,7 @@
 use rusqlite::{Connection, TransactionBehavior};
 
 /// The schema version this build writes and the newest it reads.
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// `PRAGMA application_id` of a records database: the ASCII bytes `TTrc`.
 pub const APPLICATION_ID: i32 = 0x5454_7263;
@@ -82,8 +89,25 @@ CREATE INDEX workloads_by_op ON workloads(op);
 CREATE INDEX records_by_trace ON records(workload_id, target_key, trace_hash);
 ";
 
+/// The statements that take a v2 database to v3.
+pub(crate) const V2_TO_V3: &str = "
+ALTER TABLE runs ADD COLUMN plan_id TEXT;
+ALTER TABLE runs ADD COLUMN shard INTEGER;
+ALTER TABLE runs ADD COLUMN shards INTEGER;
+CREATE INDEX runs_by_plan ON runs(plan_id);
+CREATE INDEX records_by_run ON records(run_id);
+CREATE TABLE plans (
+    id         TEXT PRIMARY KEY,  -- the plan's content id
+    created_at TEXT NOT NULL,
+    body       TEXT NOT NULL      -- the plan file's JSON
+);
+";
+
+/// The first version whose runs say which plan and shard they tuned.
+pub(crate) const PLANS_SINCE: u32 = 3;
+
 /// Migration steps: `MIGRATIONS[i]` takes version `i` to version `i + 1`.
-const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [V1, V1_TO_V2];
+const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [V1, V1_TO_V2, V2_TO_V3];
 
 /// What the header of a file says about it.
 pub(crate) enum Kind {

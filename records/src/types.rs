@@ -293,6 +293,41 @@ pub struct NewRun {
     pub seed: Option<u64>,
     /// The command line or the options (JSON of `TuneOptions`), as text.
     pub options: String,
+    /// The plan and shard the run tunes, when it tunes one.
+    pub plan: Option<RunPlan>,
+}
+
+/// Which plan, and which shard of it, a run tuned (`tensortune tune --plan FILE --shard I/N`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RunPlan {
+    /// The plan's content id (the `id` of the plan file).
+    pub id: String,
+    /// The shard, `0 <= shard < shards`.
+    pub shard: u32,
+    /// How many shards the plan was split into.
+    pub shards: u32,
+}
+
+/// A plan as a database keeps it: the plan file of a run it holds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredPlan {
+    /// The plan's content id.
+    pub id: String,
+    /// When the first run of the plan wrote it here.
+    pub created_at: Timestamp,
+    /// The plan file's JSON, as the run read it.
+    pub body: String,
+}
+
+/// The records that runs of one plan measured for one workload on one target.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlanProgress {
+    /// The workload key.
+    pub workload: String,
+    /// The target key.
+    pub target: String,
+    /// Records measured by runs of the plan, failures included.
+    pub records: u64,
 }
 
 /// A run as stored.
@@ -316,6 +351,8 @@ pub struct RunInfo {
     pub options: String,
     /// How many records of this database point to the run.
     pub records: u64,
+    /// The plan and shard the run tuned, if any.
+    pub plan: Option<RunPlan>,
 }
 
 /// A workload as listed by [`crate::Database::workloads`].

@@ -5,10 +5,9 @@ mod common;
 use common::*;
 use tensortune_records::{Database, ErrorKind, Outcome, RecordsError, Timing};
 
-#[test]
-fn best_and_best_k_rank_by_median_and_skip_failures() {
-    let dir = temp_dir();
-    let mut db = Database::open(db_path(&dir, "t.db")).expect("open");
+on_both_backends!(best_and_best_k_rank_by_median_and_skip_failures);
+fn best_and_best_k_rank_by_median_and_skip_failures(place: &Place) {
+    let mut db = Database::open(place.db("t.db")).expect("open");
     fill_sample(&mut db, "a", 0);
     let m64 = matmul(64);
 
@@ -38,10 +37,9 @@ fn best_and_best_k_rank_by_median_and_skip_failures() {
         .is_none());
 }
 
-#[test]
-fn records_hashes_targets_runs_workloads_and_summary() {
-    let dir = temp_dir();
-    let mut db = Database::open(db_path(&dir, "t.db")).expect("open");
+on_both_backends!(records_hashes_targets_runs_workloads_and_summary);
+fn records_hashes_targets_runs_workloads_and_summary(place: &Place) {
+    let mut db = Database::open(place.db("t.db")).expect("open");
     fill_sample(&mut db, "a", 0);
     let m64 = matmul(64);
 
@@ -89,10 +87,9 @@ fn records_hashes_targets_runs_workloads_and_summary() {
     assert_eq!(summary.len(), 3);
 }
 
-#[test]
-fn a_bad_record_rejects_the_whole_batch() {
-    let dir = temp_dir();
-    let mut db = Database::open(db_path(&dir, "t.db")).expect("open");
+on_both_backends!(a_bad_record_rejects_the_whole_batch);
+fn a_bad_record_rejects_the_whole_batch(place: &Place) {
+    let mut db = Database::open(place.db("t.db")).expect("open");
     let m64 = matmul(64);
     let mut bad_timing = ok_record(&m64, CPU, 4, 1e-5, 1);
     bad_timing.outcome = Outcome::Measured(Timing {
@@ -122,10 +119,9 @@ fn a_bad_record_rejects_the_whole_batch() {
     assert_eq!(db.count().expect("count"), 0);
 }
 
-#[test]
-fn the_same_measurement_is_stored_once_and_traces_are_compacted() {
-    let dir = temp_dir();
-    let mut db = Database::open(db_path(&dir, "t.db")).expect("open");
+on_both_backends!(the_same_measurement_is_stored_once_and_traces_are_compacted);
+fn the_same_measurement_is_stored_once_and_traces_are_compacted(place: &Place) {
+    let mut db = Database::open(place.db("t.db")).expect("open");
     let m64 = matmul(64);
     let mut pretty = ok_record(&m64, CPU, 4, 1e-5, 0);
     pretty.trace_json = "[\n  {\"Split\": {\"stage\": 0, \"name\": \"a b\"}}\n]".into();
@@ -143,10 +139,9 @@ fn the_same_measurement_is_stored_once_and_traces_are_compacted() {
     );
 }
 
-#[test]
-fn unknown_runs_are_errors() {
-    let dir = temp_dir();
-    let mut db = Database::open(db_path(&dir, "t.db")).expect("open");
+on_both_backends!(unknown_runs_are_errors);
+fn unknown_runs_are_errors(place: &Place) {
+    let mut db = Database::open(place.db("t.db")).expect("open");
     let run = tensortune_records::RunId(99);
     assert!(matches!(
         db.finish_run(run),
@@ -159,10 +154,9 @@ fn unknown_runs_are_errors() {
     ));
 }
 
-#[test]
-fn large_seeds_round_trip() {
-    let dir = temp_dir();
-    let mut db = Database::open(db_path(&dir, "t.db")).expect("open");
+on_both_backends!(large_seeds_round_trip);
+fn large_seeds_round_trip(place: &Place) {
+    let mut db = Database::open(place.db("t.db")).expect("open");
     let mut run = new_run("big seed");
     run.seed = Some(u64::MAX - 3);
     db.begin_run(&run).expect("begin");

@@ -23,10 +23,9 @@ fn import_text(
     )
 }
 
-#[test]
-fn export_import_export_is_identical() {
-    let dir = temp_dir();
-    let mut a = Database::open(db_path(&dir, "a.db")).expect("open");
+on_both_backends!(export_import_export_is_identical);
+fn export_import_export_is_identical(place: &Place) {
+    let mut a = Database::open(place.db("a.db")).expect("open");
     fill_sample(&mut a, "a", 0);
     // A record with no run, and a message with quotes, newlines and non-ASCII text.
     let mut odd = failed_record(&matmul(64), GPU, 99, 50);
@@ -38,11 +37,11 @@ fn export_import_export_is_identical() {
     let first = export_string(&a);
     assert_eq!(first.lines().count(), 6);
 
-    let file = db_path(&dir, "a.jsonl");
+    let file = place.file("a.jsonl");
     assert_eq!(a.export_file(&file).expect("export file"), 6);
     assert_eq!(std::fs::read_to_string(&file).expect("read"), first);
 
-    let mut b = Database::open(db_path(&dir, "b.db")).expect("open");
+    let mut b = Database::open(place.db("b.db")).expect("open");
     let report = b
         .import_file(&file, &FakeSchedules, ImportMode::Strict)
         .expect("import");
@@ -67,10 +66,9 @@ fn export_import_export_is_identical() {
     assert_eq!(export_string(&b), first);
 }
 
-#[test]
-fn every_line_is_self_describing() {
-    let dir = temp_dir();
-    let mut a = Database::open(db_path(&dir, "a.db")).expect("open");
+on_both_backends!(every_line_is_self_describing);
+fn every_line_is_self_describing(place: &Place) {
+    let mut a = Database::open(place.db("a.db")).expect("open");
     fill_sample(&mut a, "a", 0);
     let text = export_string(&a);
     for line in text.lines() {
@@ -93,10 +91,9 @@ fn every_line_is_self_describing() {
     }
 }
 
-#[test]
-fn import_canonicalizes_specs_through_the_validator() {
-    let dir = temp_dir();
-    let mut db = Database::open(db_path(&dir, "a.db")).expect("open");
+on_both_backends!(import_canonicalizes_specs_through_the_validator);
+fn import_canonicalizes_specs_through_the_validator(place: &Place) {
+    let mut db = Database::open(place.db("a.db")).expect("open");
     let line = format!(
         r#"{{"format":"tensortune.record/1","workload":"matmul:M=8,N=8,K=8","flops":0,"target":"{CPU}","trace":{},"result":{{"median_s":1e-6,"min_s":1e-6,"max_s":2e-6,"repeats":3}},"measured_at":"2026-01-01T00:00:00.000Z"}}"#,
         trace(2)
@@ -109,8 +106,8 @@ fn import_canonicalizes_specs_through_the_validator() {
 }
 
 /// One good line, then one line of each kind of bad input, then another good line.
-fn mixed_file(dir: &tempfile::TempDir) -> (String, Vec<&'static str>) {
-    let mut a = Database::open(db_path(dir, "src.db")).expect("open");
+fn mixed_file(place: &Place) -> (String, Vec<&'static str>) {
+    let mut a = Database::open(place.db("src.db")).expect("open");
     fill_sample(&mut a, "a", 0);
     let good = export_string(&a);
     let mut lines: Vec<String> = good.lines().map(String::from).collect();
@@ -178,11 +175,10 @@ fn mixed_file(dir: &tempfile::TempDir) -> (String, Vec<&'static str>) {
     (lines.join("\n"), expected)
 }
 
-#[test]
-fn lenient_import_keeps_good_lines_and_names_each_bad_one() {
-    let dir = temp_dir();
-    let (text, expected) = mixed_file(&dir);
-    let mut db = Database::open(db_path(&dir, "dst.db")).expect("open");
+on_both_backends!(lenient_import_keeps_good_lines_and_names_each_bad_one);
+fn lenient_import_keeps_good_lines_and_names_each_bad_one(place: &Place) {
+    let (text, expected) = mixed_file(place);
+    let mut db = Database::open(place.db("dst.db")).expect("open");
     let report = import_text(&mut db, &text, ImportMode::Lenient).expect("import");
     assert_eq!(report.imported, 2);
     assert_eq!(report.lines, 11);
@@ -207,11 +203,10 @@ fn lenient_import_keeps_good_lines_and_names_each_bad_one() {
     assert_eq!(db.count().expect("count"), 2);
 }
 
-#[test]
-fn strict_import_imports_nothing_and_reports_every_bad_line() {
-    let dir = temp_dir();
-    let (text, expected) = mixed_file(&dir);
-    let mut db = Database::open(db_path(&dir, "dst.db")).expect("open");
+on_both_backends!(strict_import_imports_nothing_and_reports_every_bad_line);
+fn strict_import_imports_nothing_and_reports_every_bad_line(place: &Place) {
+    let (text, expected) = mixed_file(place);
+    let mut db = Database::open(place.db("dst.db")).expect("open");
     let err = import_text(&mut db, &text, ImportMode::Strict).expect_err("strict");
     match &err {
         RecordsError::ImportRejected { errors } => assert_eq!(errors.len(), expected.len()),
@@ -255,10 +250,9 @@ fn a_missing_import_file_names_the_file() {
     assert!(err.is_user_error());
 }
 
-#[test]
-fn impossible_timings_are_rejected_on_import() {
-    let dir = temp_dir();
-    let mut src = Database::open(db_path(&dir, "src.db")).expect("open");
+on_both_backends!(impossible_timings_are_rejected_on_import);
+fn impossible_timings_are_rejected_on_import(place: &Place) {
+    let mut src = Database::open(place.db("src.db")).expect("open");
     let w = matmul(512);
     src.insert_batch(None, &[ok_record(&w, CPU, 4, 1e-3, 0)])
         .expect("insert");
@@ -277,7 +271,7 @@ fn impossible_timings_are_rejected_on_import() {
             format!("{v}\n")
         })
         .collect();
-    let mut db = Database::open(db_path(&dir, "into.db")).expect("open");
+    let mut db = Database::open(place.db("into.db")).expect("open");
     let report = import_text(&mut db, &forged.concat(), ImportMode::Lenient).expect("import");
     assert_eq!(report.imported, 0, "{report:?}");
     assert_eq!(report.rejected.len(), 4, "{report:?}");

@@ -6,9 +6,9 @@ use common::*;
 use tensortune_records::{Database, RecordsError};
 
 /// Two databases with one record in common (the same measurement, imported into both).
-fn two_sources(dir: &tempfile::TempDir) -> (std::path::PathBuf, std::path::PathBuf) {
-    let a_path = db_path(dir, "a.db");
-    let b_path = db_path(dir, "b.db");
+fn two_sources(place: &Place) -> (std::path::PathBuf, std::path::PathBuf) {
+    let a_path = place.db("a.db");
+    let b_path = place.db("b.db");
     let mut a = Database::open(&a_path).expect("open");
     fill_sample(&mut a, "a", 0);
     let mut b = Database::open(&b_path).expect("open");
@@ -22,15 +22,14 @@ fn two_sources(dir: &tempfile::TempDir) -> (std::path::PathBuf, std::path::PathB
     (a_path, b_path)
 }
 
-#[test]
-fn merge_is_idempotent_and_commutative_in_content() {
-    let dir = temp_dir();
-    let (a, b) = two_sources(&dir);
+on_both_backends!(merge_is_idempotent_and_commutative_in_content);
+fn merge_is_idempotent_and_commutative_in_content(place: &Place) {
+    let (a, b) = two_sources(place);
 
-    let mut ab = Database::open(db_path(&dir, "ab.db")).expect("open");
+    let mut ab = Database::open(place.db("ab.db")).expect("open");
     let report = ab.merge_from(&[&a, &b], &FakeSchedules).expect("merge");
     assert_eq!(report.added(), 11, "5 + 5 + the shared record once");
-    let mut ba = Database::open(db_path(&dir, "ba.db")).expect("open");
+    let mut ba = Database::open(place.db("ba.db")).expect("open");
     ba.merge_from(&[&b], &FakeSchedules).expect("merge");
     ba.merge_from(&[&a], &FakeSchedules).expect("merge");
 
@@ -58,7 +57,7 @@ fn merge_is_idempotent_and_commutative_in_content() {
         0
     );
     let ab_path = ab.path().to_path_buf();
-    let copy = db_path(&dir, "ab-copy.db");
+    let copy = place.db("ab-copy.db");
     let mut c = Database::open(&copy).expect("open");
     c.merge_from(&[&ab_path], &FakeSchedules).expect("merge");
     drop(c);
@@ -71,17 +70,16 @@ fn merge_is_idempotent_and_commutative_in_content() {
     assert_eq!(export_string(&ab), ab_text);
 }
 
-#[test]
-fn merge_is_all_or_nothing_and_refuses_itself() {
-    let dir = temp_dir();
-    let (a, _) = two_sources(&dir);
-    let not_db = db_path(&dir, "notes.txt");
+on_both_backends!(merge_is_all_or_nothing_and_refuses_itself);
+fn merge_is_all_or_nothing_and_refuses_itself(place: &Place) {
+    let (a, _) = two_sources(place);
+    let not_db = place.file("notes.txt");
     std::fs::write(
         &not_db,
         "hello, this is not SQLite, but long enough to have a header ......\n".repeat(20),
     )
     .expect("write");
-    let mut into = Database::open(db_path(&dir, "into.db")).expect("open");
+    let mut into = Database::open(place.db("into.db")).expect("open");
     let err = into
         .merge_from(&[&a, &not_db], &FakeSchedules)
         .expect_err("bad source");
@@ -89,7 +87,7 @@ fn merge_is_all_or_nothing_and_refuses_itself() {
     assert!(err.to_string().contains("notes.txt"));
     assert_eq!(into.count().expect("count"), 0);
 
-    let missing = db_path(&dir, "missing.db");
+    let missing = place.db("missing.db");
     let err = into
         .merge_from(&[&missing], &FakeSchedules)
         .expect_err("missing");

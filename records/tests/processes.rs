@@ -84,11 +84,10 @@ fn spawn(db: &Path, tag: &str, batches: Option<usize>) -> Child {
     cmd.spawn().expect("spawn child")
 }
 
-#[test]
-fn two_processes_writing_at_once_lose_nothing() {
-    let dir = temp_dir();
+on_both_backends!(two_processes_writing_at_once_lose_nothing);
+fn two_processes_writing_at_once_lose_nothing(place: &Place) {
     // A fresh path: the two children also race to create and migrate the file.
-    let path = db_path(&dir, "shared.db");
+    let path = place.db("shared.db");
     let batches = 100;
     let children = [
         spawn(&path, "left", Some(batches)),
@@ -110,10 +109,9 @@ fn two_processes_writing_at_once_lose_nothing() {
         .all(|r| r.records == (batches * BATCH) as u64 && r.finished_at.is_some()));
 }
 
-#[test]
-fn sigkill_during_inserts_keeps_every_committed_batch() {
-    let dir = temp_dir();
-    let path = db_path(&dir, "killed.db");
+on_both_backends!(sigkill_during_inserts_keeps_every_committed_batch);
+fn sigkill_during_inserts_keeps_every_committed_batch(place: &Place) {
+    let path = place.db("killed.db");
     // Kill after different numbers of commits and at different delays after the last one,
     // so the kill lands between batches, inside a batch and inside a commit. Each round
     // appends to the same file, which must survive every kill.

@@ -102,6 +102,9 @@ enum Command {
     Model(cli::model::ModelArgs),
     /// Tune workloads on the host CPU or an NVIDIA GPU into a records database.
     Tune(cli::tune::TuneArgs),
+    /// Write a plan: the tasks of a set of workloads with weights and trials, for
+    /// `tune --plan FILE --shard I/N` on many workers.
+    Plan(cli::plan::PlanArgs),
     /// Measure this machine's f32 FMA peak, memory bandwidth and parallel-loop overhead.
     Probe(cli::probe::ProbeArgs),
     /// Compile a workload's default schedule, run it, and print latency and GFLOP/s.
@@ -149,6 +152,7 @@ fn run(command: Command) -> Result<(), CliError> {
         Command::Import(args) => cli::records::import(&args, &mut out, &mut io::stderr()),
         Command::Merge(args) => cli::records::merge(&args, &mut out, &mut io::stderr()),
         Command::Tune(args) => cli::tune::tune(&args, &mut out),
+        Command::Plan(args) => cli::plan::plan(&args, &mut out),
         Command::Model(args) => match &args.command {
             cli::model::ModelCommand::Eval(a) => cli::model::eval(a, &mut out),
             cli::model::ModelCommand::Train(a) => cli::model::train(a, &mut out),

@@ -14,6 +14,7 @@ mod gpu_dry_run;
 pub mod inspect;
 pub mod model;
 pub mod output;
+pub mod plan;
 pub mod plot;
 pub mod probe;
 pub mod records;

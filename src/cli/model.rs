@@ -42,8 +42,8 @@ pub enum ModelCommand {
 /// Where the records come from.
 #[derive(Debug, clap::Args)]
 pub struct Source {
-    /// The records database.
-    #[arg(long, value_name = "PATH")]
+    /// The records database: a SQLite file, or a `postgres://` URL.
+    #[arg(long, value_name = "DB")]
     pub db: PathBuf,
     /// Target key (as `tensortune records` lists them); may be omitted when the database
     /// holds one target.
@@ -132,7 +132,7 @@ fn open(source: &Source) -> Result<(Database, String), CliError> {
         Some(t) => {
             return Err(CliError::Usage(format!(
                 "{} has no records for target `{t}`; it has: {}",
-                source.db.display(),
+                tensortune_records::redacted(&source.db),
                 if targets.is_empty() {
                     "none".to_string()
                 } else {
@@ -145,13 +145,13 @@ fn open(source: &Source) -> Result<(Database, String), CliError> {
             [] => {
                 return Err(CliError::Usage(format!(
                     "{} has no records",
-                    source.db.display()
+                    tensortune_records::redacted(&source.db)
                 )))
             }
             _ => {
                 return Err(CliError::Usage(format!(
                     "{} has records of several targets; choose one with --target: {}",
-                    source.db.display(),
+                    tensortune_records::redacted(&source.db),
                     targets.join(", ")
                 )))
             }

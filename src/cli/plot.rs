@@ -28,7 +28,7 @@ use super::CliError;
     tensortune plot --db tuning.db --workload matmul:M=512,N=512,K=512 --out - > curve.svg"
 )]
 pub struct PlotArgs {
-    /// The records database.
+    /// The records database: a SQLite file, or a `postgres://` URL.
     #[arg(long, value_name = "DB")]
     pub db: PathBuf,
     /// The workload spec, e.g. `matmul:M=512,N=512,K=512` (any key order, defaults optional).
@@ -209,7 +209,7 @@ pub(crate) fn plot_targets(
         Some(t) if have.iter().any(|h| h == t) => Ok(vec![t.to_string()]),
         Some(t) => Err(CliError::Usage(format!(
             "{}: no records of {key} on target `{t}`{}",
-            db.path().display(),
+            db.location().display(),
             if have.is_empty() {
                 String::new()
             } else {
@@ -218,7 +218,7 @@ pub(crate) fn plot_targets(
         ))),
         None if have.is_empty() => Err(CliError::Usage(format!(
             "{}: no records of {key}",
-            db.path().display()
+            db.location().display()
         ))),
         None => Ok(have),
     }
@@ -274,6 +274,7 @@ mod tests {
                     target: CPU.into(),
                     seed: Some(r as u64),
                     options: "{}".into(),
+                    plan: None,
                 })
                 .expect("run");
             let batch: Vec<NewRecord> = latencies

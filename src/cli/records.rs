@@ -22,7 +22,7 @@ use super::CliError;
 #[derive(Debug, Args)]
 #[command(after_help = "Example:\n  tensortune records --db tune.db")]
 pub struct RecordsArgs {
-    /// The records database.
+    /// The records database: a SQLite file, or a `postgres://` URL.
     #[arg(long, value_name = "DB")]
     pub db: PathBuf,
 }
@@ -33,7 +33,7 @@ pub struct RecordsArgs {
     tensortune best --db tune.db --workload matmul:M=1024,N=1024,K=1024\n  \
     tensortune best --db tune.db --workload matmul:M=64,N=64,K=64 --target 'cuda -arch=sm_90' --json")]
 pub struct BestArgs {
-    /// The records database.
+    /// The records database: a SQLite file, or a `postgres://` URL.
     #[arg(long, value_name = "DB")]
     pub db: PathBuf,
     /// The workload spec, e.g. `matmul:M=1024,N=1024,K=1024` (any key order, defaults optional).
@@ -53,7 +53,7 @@ pub struct BestArgs {
     tensortune export --db tune.db --out tune.jsonl\n  \
     tensortune export --db tune.db | gzip > tune.jsonl.gz")]
 pub struct ExportArgs {
-    /// The records database.
+    /// The records database: a SQLite file, or a `postgres://` URL.
     #[arg(long, value_name = "DB")]
     pub db: PathBuf,
     /// Write to this file (replaced only once the export is complete); default: stdout.
@@ -70,7 +70,7 @@ pub struct ExportArgs {
     Example:\n  tensortune import --db tune.db other-machine.jsonl"
 )]
 pub struct ImportArgs {
-    /// The records database (created if missing).
+    /// The records database, a SQLite file or a `postgres://` URL (created if missing).
     #[arg(long, value_name = "DB")]
     pub db: PathBuf,
     /// The JSON-lines file to import (`-` for stdin).
@@ -91,10 +91,10 @@ pub struct ImportArgs {
     Example:\n  tensortune merge --into all.db node1.db node2.db"
 )]
 pub struct MergeArgs {
-    /// The database to merge into (created if missing).
+    /// The database to merge into, a file or a `postgres://` URL (created if missing).
     #[arg(long, value_name = "DB")]
     pub into: PathBuf,
-    /// The databases to merge from.
+    /// The databases to merge from: files, `postgres://` URLs, or both.
     #[arg(value_name = "SOURCE", required = true, num_args = 1..)]
     pub sources: Vec<PathBuf>,
 }
@@ -138,12 +138,14 @@ impl RecordValidator for SchedulesValidator {
 }
 
 /// `tensortune records --db DB`: a table of workload, target, trials, errors, best latency
-/// and GFLOP/s.
+/// and GFLOP/s, then the tasks done and left of each plan tuned into the database.
 pub fn records(args: &RecordsArgs, out: &mut dyn Write) -> Result<(), CliError> {
     let db = Database::open_read_only(&args.db)?;
     let rows = db.summary()?;
+    let plans = super::plan::progress_lines(&db)?;
     if rows.is_empty() {
-        return write_out(out, &format!("{}: no records\n", args.db.display()));
+        let none = format!("{}: no records\n", tensortune_records::redacted(&args.db));
+        return write_out(out, &(none + &plans));
     }
     let mut table = vec![[
         "workload".to_string(),
@@ -164,7 +166,7 @@ pub fn records(args: &RecordsArgs, out: &mut dyn Write) -> Result<(), CliError> 
                 .map_or_else(|| "-".to_string(), |g| format!("{g:.1}")),
         ]);
     }
-    write_out(out, &render_table(&table))
+    write_out(out, &(render_table(&table) + &plans))
 }
 
 /// `tensortune best`: the fastest successful record per target.
@@ -189,7 +191,7 @@ pub fn best(args: &BestArgs, out: &mut dyn Write) -> Result<(), CliError> {
             .unwrap_or_default();
         return Err(CliError::Usage(format!(
             "{}: no successful record of {key}{on}",
-            args.db.display()
+            tensortune_records::redacted(&args.db)
         )));
     }
     let mut text = String::new();
@@ -262,7 +264,7 @@ pub fn import(args: &ImportArgs, out: &mut dyn Write, err: &mut dyn Write) -> Re
         &format!(
             "imported {} new record(s) into {} ({} already present, {} bad line(s) skipped)\n",
             report.imported,
-            args.db.display(),
+            tensortune_records::redacted(&args.db),
             report.duplicates,
             report.rejected.len()
         ),
@@ -296,7 +298,7 @@ pub fn merge(args: &MergeArgs, out: &mut dyn Write, err: &mut dyn Write) -> Resu
     text.push_str(&format!(
         "merged {} new record(s) into {}\n",
         report.added(),
-        args.into.display()
+        tensortune_records::redacted(&args.into)
     ));
     write_out(out, &text)?;
     if report.rejected.is_empty() {

@@ -27,7 +27,7 @@ use super::CliError;
     Example:\n  tensortune report --db tuning.db --out report.html"
 )]
 pub struct ReportArgs {
-    /// The records database.
+    /// The records database: a SQLite file, or a `postgres://` URL.
     #[arg(long, value_name = "DB")]
     pub db: PathBuf,
     /// The HTML file to write (`-` for stdout).
@@ -85,7 +85,7 @@ pub fn render(db: &Database) -> Result<String, CliError> {
             keys.push(row.workload.key.clone());
         }
     }
-    let title = format!("tensortune report: {}", db.path().display());
+    let title = format!("tensortune report: {}", db.location().display());
     let trials: u64 = rows.iter().map(|r| r.trials).sum();
     let mut html = String::new();
     // `write!` into a String cannot fail: the results are ignored below.
@@ -96,7 +96,7 @@ pub fn render(db: &Database) -> Result<String, CliError> {
          <p class=\"meta\">{} &middot; {} workload(s), {trials} record(s) &middot; written {} \
          by tensortune {}</p>\n",
         escape(&title),
-        escape(&db.path().display().to_string()),
+        escape(&db.location().display().to_string()),
         keys.len(),
         Timestamp::now(),
         env!("CARGO_PKG_VERSION"),

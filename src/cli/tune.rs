@@ -13,15 +13,28 @@ use tensortune_tuner::scheduler::Policy;
 use tensortune_tuner::TuneOptions;
 
 /// Arguments of `tensortune tune`.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 #[command(
     after_help = "Examples:\n  tensortune tune --workload matmul:M=512,N=512,K=512 --trials 64 --db tuning.db\n  tensortune tune --workload dense_bias_relu:M=64,N=256,K=512@2 --workload dense_bias_relu:M=64,N=10,K=256 --trials 128 --db mlp.db --json"
 )]
 pub struct TuneArgs {
     /// A workload to tune, optionally with a weight (how often it runs): `SPEC[@WEIGHT]`.
     /// Repeat the flag to tune several together.
-    #[arg(long = "workload", value_name = "SPEC[@WEIGHT]", required = true)]
+    #[arg(
+        long = "workload",
+        value_name = "SPEC[@WEIGHT]",
+        required_unless_present = "plan",
+        conflicts_with = "plan"
+    )]
     pub workloads: Vec<String>,
+    /// Tune the tasks of a plan file (`tensortune plan`) with its target, seed and trials,
+    /// instead of `--workload`s.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["target", "trials", "seed"])]
+    pub plan: Option<PathBuf>,
+    /// With `--plan`: tune only shard I of N (`0/4`...). `auto/N` takes I from the job
+    /// array (`SLURM_ARRAY_TASK_ID`) or the Kubernetes Indexed Job (`JOB_COMPLETION_INDEX`).
+    #[arg(long, value_name = "I/N", requires = "plan")]
+    pub shard: Option<String>,
     /// Target: `llvm` (the host CPU), or `cuda` / `cuda -arch=sm_XY` (an NVIDIA GPU through
     /// the CUDA driver; see `--dry-run` for a machine without one).
     #[arg(long, default_value = "llvm")]
@@ -35,8 +48,9 @@ pub struct TuneArgs {
     /// Candidates to measure in all.
     #[arg(long, default_value_t = 64)]
     pub trials: usize,
-    /// The records database (created if missing; a run on an existing one resumes).
-    #[arg(long, value_name = "PATH", default_value = "tuning.db")]
+    /// The records database, a SQLite file or a `postgres://user@host/dbname` URL (created
+    /// if missing; a run on an existing one resumes).
+    #[arg(long, value_name = "DB", default_value = "tuning.db")]
     pub db: PathBuf,
     /// Seed of every random choice.
     #[arg(long, default_value_t = 0)]
@@ -81,7 +95,7 @@ pub struct TuneArgs {
     pub quiet: bool,
 }
 
-fn parse_weighted(s: &str) -> Result<(String, f64), CliError> {
+pub(super) fn parse_weighted(s: &str) -> Result<(String, f64), CliError> {
     match s.rsplit_once('@') {
         Some((spec, w)) => {
             let w: f64 = w
@@ -100,16 +114,21 @@ fn parse_weighted(s: &str) -> Result<(String, f64), CliError> {
 }
 
 /// Per task, the trials its target already has in the database at `db` and the best latency
-/// among them: what the run resumes from (none when the file does not exist yet).
+/// among them: what the run resumes from (none when the file, or the server's tables, do not
+/// exist yet).
 fn resume_points(
     db: &std::path::Path,
     tasks: &[(String, tensortune_schedules::ComputeDag, f64)],
     target: &str,
 ) -> Result<Vec<(usize, Option<f64>)>, CliError> {
-    if !db.exists() {
-        return Ok(vec![(0, None); tasks.len()]);
+    let fresh = Ok(vec![(0, None); tasks.len()]);
+    if !tensortune_records::is_server(db) && !db.exists() {
+        return fresh;
     }
-    let db = tensortune_records::Database::open_read_only(db)?;
+    let db = match tensortune_records::Database::open_read_only(db) {
+        Err(tensortune_records::RecordsError::Missing { .. }) => return fresh,
+        r => r?,
+    };
     tasks
         .iter()
         .map(|(key, _, _)| {
@@ -124,6 +143,18 @@ fn resume_points(
 
 /// Runs `tensortune tune`.
 pub fn tune(args: &TuneArgs, out: &mut dyn Write) -> Result<(), CliError> {
+    match &args.plan {
+        Some(file) => super::plan::tune_plan(args, file, out),
+        None => tune_with(args, None, out),
+    }
+}
+
+/// Tunes the `--workload`s of `args`; `plan` is the plan and shard the run is part of.
+pub(super) fn tune_with(
+    args: &TuneArgs,
+    plan: Option<tensortune_records::RunPlan>,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
     check_count("--trials", args.trials, 1, 100_000_000)?;
     let threads = resolve_threads("--threads", args.threads)?;
     check_count("--batch-size", args.batch_size, 1, 1_000_000)?;
@@ -178,6 +209,7 @@ pub fn tune(args: &TuneArgs, out: &mut dyn Write) -> Result<(), CliError> {
         task_scheduler,
         model_file: args.model.clone(),
         warm_start: !args.cold,
+        plan,
         ..TuneOptions::default()
     };
     match cuda {
@@ -240,7 +272,7 @@ fn tune_on<B: Backend>(
                 log::info!(
                     target: crate::tune::PROGRESS_LOG_TARGET,
                     "tensortune: resuming {key}: {trials} trial(s) already in {}, {best}",
-                    args.db.display()
+                    tensortune_records::redacted(&args.db)
                 );
             }
         }
@@ -315,7 +347,7 @@ fn tune_on<B: Backend>(
             writeln!(
                 out,
                 "records: {} (target `{}`)",
-                args.db.display(),
+                tensortune_records::redacted(&args.db),
                 r.target
             )
             .map_err(io)?;
@@ -336,7 +368,7 @@ fn tune_on<B: Backend>(
                 "remeasured_best_rank": r.remeasured_best_rank(),
                 "warm_start": r.warm_start,
                 "tuning_s": r.tuning_s,
-                "db": args.db,
+                "db": tensortune_records::redacted(&args.db),
             });
             writeln!(out, "{j}").map_err(io)?;
         }

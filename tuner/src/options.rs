@@ -67,6 +67,8 @@ pub struct TuneOptions {
     /// Without `model_file`: start from a model trained on the records that `db` holds of
     /// other workloads on the same target (a new shape starts warm), where there are any.
     pub warm_start: bool,
+    /// The plan and shard this run tunes (`tensortune tune --plan`), recorded with its run.
+    pub plan: Option<tensortune_records::RunPlan>,
 }
 
 /// Relative weights of the mutation kinds.
@@ -119,6 +121,7 @@ impl Default for TuneOptions {
             task_scheduler: crate::scheduler::Policy::Gradient,
             model_file: None,
             warm_start: true,
+            plan: None,
         }
     }
 }

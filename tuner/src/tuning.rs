@@ -510,6 +510,7 @@ impl<'a> Tuner<'a> {
             target: target.to_string(),
             seed: Some(self.opts.seed),
             options: serde_json::to_string(&self.opts).unwrap_or_default(),
+            plan: self.opts.plan.clone(),
         })?))
     }
 

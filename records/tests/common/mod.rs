@@ -3,8 +3,10 @@
 
 #![allow(dead_code)]
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use tensortune_records::{
     Database, ErrorKind, NewRecord, NewRun, RecordValidator, Timestamp, Timing, ValidWorkload,
@@ -13,6 +15,140 @@ use tensortune_records::{
 
 pub const CPU: &str = "llvm -mcpu=znver4 -mattr=+avx512f -threads=1";
 pub const GPU: &str = "cuda -arch=sm_90";
+
+/// The environment variable naming a PostgreSQL server for the tests, e.g.
+/// `postgres://tensortune:tensortune@127.0.0.1:55432/tensortune` (what
+/// `scripts/pg-test-server.sh start` prints). The user needs to create schemas.
+pub const PG_URL_ENV: &str = "TENSORTUNE_TEST_PG_URL";
+
+/// Declares a test that runs once on SQLite files and once on a PostgreSQL server: the
+/// function `$name(place: &Place)` becomes the tests `$name::sqlite` and `$name::postgres`
+/// (the second passes with a message when no server is given).
+#[macro_export]
+macro_rules! on_both_backends {
+    ($name:ident) => {
+        mod $name {
+            #[test]
+            fn sqlite() {
+                super::$name(&$crate::common::Place::sqlite());
+            }
+
+            #[test]
+            fn postgres() {
+                if let Some(place) = $crate::common::Place::postgres() {
+                    super::$name(&place);
+                }
+            }
+        }
+    };
+}
+
+/// Where one test keeps its databases: files in a temporary folder, or, on a server, one
+/// fresh schema per database name (dropped at the end), so that tests run in parallel.
+pub struct Place {
+    dir: tempfile::TempDir,
+    server: Option<String>,
+    schemas: RefCell<BTreeMap<String, String>>,
+}
+
+impl Place {
+    pub fn sqlite() -> Place {
+        Place {
+            dir: temp_dir(),
+            server: None,
+            schemas: RefCell::new(BTreeMap::new()),
+        }
+    }
+
+    /// A place on the server of [`PG_URL_ENV`], or `None` (with a message) without one.
+    pub fn postgres() -> Option<Place> {
+        match std::env::var(PG_URL_ENV) {
+            Ok(url) if !url.trim().is_empty() => Some(Place {
+                dir: temp_dir(),
+                server: Some(url.trim().to_string()),
+                schemas: RefCell::new(BTreeMap::new()),
+            }),
+            _ => {
+                eprintln!("skipped: {PG_URL_ENV} is not set, so the PostgreSQL half does not run");
+                None
+            }
+        }
+    }
+
+    pub fn is_server(&self) -> bool {
+        self.server.is_some()
+    }
+
+    /// The database called `name`: a file in the folder, or a URL whose `search_path` is a
+    /// schema of its own. The same name gives the same database.
+    pub fn db(&self, name: &str) -> PathBuf {
+        let Some(base) = &self.server else {
+            return self.file(name);
+        };
+        let mut schemas = self.schemas.borrow_mut();
+        let schema = schemas
+            .entry(name.to_string())
+            .or_insert_with(|| create_schema(base, name));
+        let sep = if base.contains('?') { '&' } else { '?' };
+        PathBuf::from(format!("{base}{sep}options=-csearch_path%3D{schema}"))
+    }
+
+    /// A plain file in the place's folder (exports, imports).
+    pub fn file(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// A plain SQL connection to the database `name` (which must be on a server), to forge
+    /// rows as another program would.
+    pub fn sql(&self, name: &str) -> postgres::Client {
+        let url = self.db(name);
+        let url = url.to_str().expect("a URL is text");
+        postgres::Client::connect(url, postgres::NoTls).expect("connect to the test server")
+    }
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        let Some(base) = &self.server else { return };
+        let schemas = self.schemas.borrow();
+        if schemas.is_empty() {
+            return;
+        }
+        // Best effort: a schema left behind on a throwaway server harms nothing.
+        if let Ok(mut client) = postgres::Client::connect(base, postgres::NoTls) {
+            for schema in schemas.values() {
+                let _ = client.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"));
+            }
+        }
+    }
+}
+
+/// A new schema on the server for the database `name` of one test.
+fn create_schema(base: &str, name: &str) -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let clean: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
+        .take(20)
+        .collect();
+    let schema = format!(
+        "tt_{}_{}_{clean}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    );
+    let mut client =
+        postgres::Client::connect(base, postgres::NoTls).expect("connect to the test server");
+    client
+        .batch_execute(&format!("CREATE SCHEMA {schema}"))
+        .expect("create a schema for the test");
+    schema
+}
 
 pub fn temp_dir() -> tempfile::TempDir {
     tempfile::tempdir().expect("temp dir")
@@ -71,6 +207,7 @@ pub fn new_run(tag: &str) -> NewRun {
         target: CPU.into(),
         seed: Some(7),
         options: format!("tensortune tune --tag {tag}"),
+        plan: None,
     }
 }
 
