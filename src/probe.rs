@@ -120,7 +120,7 @@ pub fn probe(opts: &ProbeOptions) -> Result<ProbeReport, ProbeError> {
         n if n <= 4096 => n,
         _ => return Err(ProbeError::BadOption("at most 4096 threads".into())),
     };
-    let llc = last_level_cache_bytes();
+    let llc = crate::runtime::cache::last_level_cache_bytes();
     let buffer_bytes = match opts.buffer_bytes {
         Some(b) if !((1 << 20)..=MAX_BUFFER_BYTES).contains(&b) => {
             return Err(ProbeError::BadOption(format!(
@@ -184,26 +184,6 @@ pub fn cpu_model() -> String {
                 .map(|(_, v)| v.trim().to_string())
         })
         .unwrap_or_else(|| std::env::consts::ARCH.to_string())
-}
-
-/// The size of the largest cache cpu0 reports (`/sys/devices/system/cpu/cpu0/cache`).
-fn last_level_cache_bytes() -> Option<usize> {
-    let dir = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache").ok()?;
-    dir.flatten()
-        .filter_map(|e| std::fs::read_to_string(e.path().join("size")).ok())
-        .filter_map(|s| parse_cache_size(s.trim()))
-        .max()
-}
-
-/// `32768K`, `1M`, `512` (bytes) as sysfs writes them.
-fn parse_cache_size(s: &str) -> Option<usize> {
-    let (num, mult) = match s.as_bytes().last()? {
-        b'K' => (&s[..s.len() - 1], 1usize << 10),
-        b'M' => (&s[..s.len() - 1], 1 << 20),
-        b'G' => (&s[..s.len() - 1], 1 << 30),
-        _ => (s, 1),
-    };
-    num.parse::<usize>().ok()?.checked_mul(mult)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -593,15 +573,6 @@ fn parallel_loop_overhead_us(threads: usize) -> Result<f64, ProbeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn cache_sizes_as_sysfs_writes_them() {
-        assert_eq!(parse_cache_size("32768K"), Some(32 << 20));
-        assert_eq!(parse_cache_size("1M"), Some(1 << 20));
-        assert_eq!(parse_cache_size("512"), Some(512));
-        assert_eq!(parse_cache_size("K"), None);
-        assert_eq!(parse_cache_size("x1K"), None);
-    }
 
     #[test]
     fn the_fma_kernels_compute_the_chains_they_claim() {

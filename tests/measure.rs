@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 use tensortune::measure::{CpuMeasurer, Isolation, MeasureOptions};
+use tensortune::runtime::CacheFlush;
 use tensortune::Kernel;
 use tensortune_schedules::ir::{BufKind, BufferDecl, ForKind, LoweredFunc, Scope, Stmt};
 use tensortune_schedules::ops::WorkloadSpec;
@@ -17,7 +18,7 @@ fn quick(isolation: Isolation) -> MeasureOptions {
         min_repeat_ms: 1.0,
         timeout: Duration::from_secs(2),
         isolation,
-        flush_cache: true,
+        flush_cache: CacheFlush::Always,
         ..MeasureOptions::default()
     }
 }

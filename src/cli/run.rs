@@ -8,7 +8,7 @@
 use super::{check_count, check_real, resolve_threads, CliError, MAX_SECONDS};
 use crate::codegen::HostTarget;
 use crate::measure::{random_inputs, time_kernel, MeasureOptions};
-use crate::runtime::{AlignedBuffer, Runtime};
+use crate::runtime::{AlignedBuffer, CacheFlush, Runtime};
 use crate::Kernel;
 use ndarray::{ArrayD, IxDyn};
 use std::io::Write;
@@ -49,6 +49,11 @@ pub struct RunArgs {
     /// Minimum length of one timing, in milliseconds.
     #[arg(long, default_value_t = 100.0)]
     pub min_repeat_ms: f64,
+    /// When the buffers are evicted from the CPU caches before each timed run: `past-llc`
+    /// (when together they are larger than the last-level cache, so later runs cannot find
+    /// part of them still cached), `never` or `always`.
+    #[arg(long, default_value = "past-llc", value_parser = ["never", "past-llc", "always"])]
+    pub flush_cache: String,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
@@ -196,6 +201,7 @@ fn measure(args: &RunArgs, threads: usize) -> Result<RunResult, CliError> {
         repeat: args.repeat.max(1),
         min_repeat_ms: args.min_repeat_ms.max(0.0),
         threads,
+        flush_cache: CacheFlush::parse(&args.flush_cache).unwrap_or_default(),
         ..MeasureOptions::default()
     };
     let in_refs: Vec<&AlignedBuffer> = ins.iter().collect();

@@ -12,9 +12,9 @@
 //!    compared with the reference under [`tolerance`], which is also the first of the
 //!    `warmup` runs and the first look at a hopeless candidate; then the other `warmup`
 //!    runs; then `repeat`
-//!    timings of `number` back-to-back runs each, with `number` grown until one timing lasts
-//!    at least `min_repeat_ms`, optionally flushing the buffers from the caches before each
-//!    timing ([`time_kernel`]).
+//!    timings of `number` runs each, with `number` grown until one timing lasts at least
+//!    `min_repeat_ms`, the buffers evicted from the caches before each run where
+//!    [`MeasureOptions::flush_cache`] says so ([`time_kernel`]).
 //!
 //! **Isolation.** With [`Isolation::Fork`] (the default on Unix) each candidate runs in a
 //! forked child that inherits the compiled code and the data copy-on-write and reports back
@@ -39,7 +39,7 @@ pub use reference::{
 
 use crate::codegen::{CodegenOptions, HostTarget};
 use crate::kernel::{BuildError, Kernel};
-use crate::runtime::{flush_ranges, AlignedBuffer, Runtime};
+use crate::runtime::{flush_ranges, AlignedBuffer, CacheFlush, Runtime};
 use rayon::prelude::*;
 use std::time::{Duration, Instant};
 use tensortune_schedules::schedule::State;
@@ -67,8 +67,8 @@ pub struct MeasureOptions {
     pub warmup: usize,
     /// A timing lasts at least this long; `number` grows until it does.
     pub min_repeat_ms: f64,
-    /// Evict the buffers from the caches before each timing.
-    pub flush_cache: bool,
+    /// When the buffers are evicted from the caches before each timed run.
+    pub flush_cache: CacheFlush,
     /// Threads for parallel loops (1: serial).
     pub threads: usize,
     /// A candidate running longer than this (check, warm-up and timings) is stopped.
@@ -110,7 +110,7 @@ impl Default for MeasureOptions {
             warmup: 1,
             // docs/benchmarks.md: timings of at least 100 ms swamp timer noise.
             min_repeat_ms: 100.0,
-            flush_cache: false,
+            flush_cache: CacheFlush::default(),
             threads: 1,
             timeout: Duration::from_secs(20),
             isolation: if cfg!(unix) {
@@ -408,7 +408,9 @@ fn view(b: &AlignedBuffer) -> Result<OutputView<'_>, MeasureError> {
 
 /// Times `k` on the given arguments: `warmup` runs, then `repeat` timings of `number` runs
 /// each, `number` grown (by at least 1.6x, like TVM's runner) until a timing lasts
-/// `min_repeat_ms`.
+/// `min_repeat_ms`. Where [`MeasureOptions::flush_cache`] applies to the buffers' bytes,
+/// every timed run starts with them evicted from the caches, and a timing is the sum of its
+/// runs without the evictions.
 pub fn time_kernel(
     k: &Kernel,
     rt: &Runtime,
@@ -419,13 +421,35 @@ pub fn time_kernel(
     let ptrs = k
         .prepare(inputs, outputs)
         .map_err(|e| MeasureError::new(MeasureErrorKind::Runtime, e.to_string()))?;
+    let sizes: Vec<usize> = inputs
+        .iter()
+        .map(|b| b.byte_len())
+        .chain(outputs.iter().map(|b| b.byte_len()))
+        .collect();
+    let ranges: Vec<(*const u8, usize)> = ptrs.iter().map(|p| *p as *const u8).zip(sizes).collect();
+    let flush = opts
+        .flush_cache
+        .applies(ranges.iter().map(|&(_, n)| n).sum());
+    let call = || -> Result<(), MeasureError> {
+        // SAFETY: `prepare` checked every argument; the buffers outlive this closure.
+        let code = unsafe { k.call_raw(&ptrs, rt) };
+        k.status(code)
+            .map_err(|e| MeasureError::new(MeasureErrorKind::Runtime, e.to_string()))
+    };
     let run = |n: u64| -> Result<f64, MeasureError> {
+        if flush {
+            let mut total = 0.0;
+            for _ in 0..n {
+                flush_ranges(&ranges);
+                let t0 = Instant::now();
+                call()?;
+                total += t0.elapsed().as_secs_f64();
+            }
+            return Ok(total);
+        }
         let t0 = Instant::now();
         for _ in 0..n {
-            // SAFETY: `prepare` checked every argument; the buffers outlive this closure.
-            let code = unsafe { k.call_raw(&ptrs, rt) };
-            k.status(code)
-                .map_err(|e| MeasureError::new(MeasureErrorKind::Runtime, e.to_string()))?;
+            call()?;
         }
         Ok(t0.elapsed().as_secs_f64())
     };
@@ -450,17 +474,8 @@ pub fn time_kernel(
         let need = (min_s / per_run * 1.05).ceil() as u64;
         number = need.max(number + number * 3 / 5 + 1).min(1 << 30);
     }
-    let sizes: Vec<usize> = inputs
-        .iter()
-        .map(|b| b.byte_len())
-        .chain(outputs.iter().map(|b| b.byte_len()))
-        .collect();
-    let ranges: Vec<(*const u8, usize)> = ptrs.iter().map(|p| *p as *const u8).zip(sizes).collect();
     let mut repeats = Vec::with_capacity(opts.repeat.max(1));
     for _ in 0..opts.repeat.max(1) {
-        if opts.flush_cache {
-            flush_ranges(&ranges);
-        }
         repeats.push(run(number)? / number as f64);
     }
     Timing::from_repeats(repeats, number).ok_or_else(|| internal("no timings".into()))

@@ -11,15 +11,18 @@
 //!   read and write (their buffer arguments are declared `noalias align 64`).
 //! - [`memory`]: whether a workload's buffers fit in what the machine has left.
 //!
-//! [`flush_cache`] evicts a set of buffers from the CPU caches between timings.
+//! [`flush_cache`] evicts a set of buffers from the CPU caches between runs; [`cache`] says
+//! when a timing does.
 
 pub mod abi;
 pub mod buffer;
+pub mod cache;
 mod fenced;
 pub mod memory;
 mod pool;
 
 pub use buffer::{AlignedBuffer, BufferError};
+pub use cache::CacheFlush;
 pub use pool::Runtime;
 
 /// Evicts the cache lines of `bufs` from every cache level.
