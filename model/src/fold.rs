@@ -61,6 +61,9 @@ pub fn fold_batchnorm(graph: &mut Graph) -> Result<(), ModelError> {
     Ok(())
 }
 
+/// A convolution's weight and bias.
+type WeightBias = (ArrayD<f32>, ArrayD<f32>);
+
 fn conv_name(graph: &Graph, c: usize, what: &str) -> String {
     format!("{}.folded_{what}", graph.nodes[c].name)
 }
@@ -76,11 +79,7 @@ fn add_const(graph: &mut Graph, name: &str, a: ArrayD<f32>) -> ValueId {
 
 /// The folded weight and bias of convolution `c` followed by normalization `b`, or `None`
 /// where a tensor is not known at import or has an unexpected shape.
-fn folded(
-    graph: &Graph,
-    c: usize,
-    b: usize,
-) -> Result<Option<(ArrayD<f32>, ArrayD<f32>)>, ModelError> {
+fn folded(graph: &Graph, c: usize, b: usize) -> Result<Option<WeightBias>, ModelError> {
     let (conv, bn) = (&graph.nodes[c], &graph.nodes[b]);
     let f32s = |v: Option<ValueId>| match v.and_then(|v| graph.constant(v)) {
         Some(Data::F32(a)) => Some(a.clone()),

@@ -142,7 +142,7 @@ fn reshape_target(
     }
     if let Some(d) = infer {
         let known: usize = shape.iter().product();
-        if known == 0 || count % known != 0 {
+        if known == 0 || !count.is_multiple_of(known) {
             return Err(ModelError::invalid(
                 node,
                 format!("cannot reshape {x:?} to {target:?}"),
