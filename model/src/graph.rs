@@ -1,7 +1,7 @@
 //! The model graph as the importer holds it: values and nodes in arenas, referred to by
 //! [`ValueId`], with the ONNX attributes of each node.
 //!
-//! Invariants after [`crate::import`]:
+//! Invariants after [`crate::import()`]:
 //! - nodes are in topological order (a node reads only graph inputs, constants and outputs
 //!   of earlier nodes; ONNX requires the same of a file, and the importer checks it);
 //! - every value has a static shape, and a value whose contents are known at import (an

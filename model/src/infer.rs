@@ -1,7 +1,7 @@
 //! Static shape inference and constant folding, one pass in topological order.
 //!
 //! A node whose inputs are all known at import (initializers, `Constant`s, the output of
-//! `Shape`) and whose op [`fold`] evaluates is computed here and leaves the graph: the shape
+//! `Shape`) and whose op `fold` evaluates is computed here and leaves the graph: the shape
 //! arithmetic that exporters write (`Shape → Gather → Concat → Reshape`) becomes the constant
 //! it always is once the input shapes are fixed. Every other node gets its output shape from
 //! the same parsing of its attributes that later builds its task or layout step, and is

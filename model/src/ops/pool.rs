@@ -4,7 +4,7 @@
 //! convolution has): `-3.4e38` for max pooling, so a pad never wins, and 0 for average
 //! pooling. The average divides by how many elements of each window count
 //! (`count_include_pad`, and windows that `ceil_mode` lets run past the padding), which
-//! depends only on the output position: [`Pool::divisors`] computes it once, at import, and
+//! depends only on the output position: `Pool::divisors` computes it once, at import, and
 //! the kernel reads its reciprocal as an input.
 
 use super::{dims, nchw, pad_stage, pads, pair, Anchor};
