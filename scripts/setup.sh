@@ -6,7 +6,8 @@
 #   the build tools of XGBoost's bundled C++ source (cmake, ninja, a C++ compiler, libclang);
 #   with --for-tests, also Debian's chromium (a test renders `tensortune report` in it),
 #   Debian's postgresql (the records tests' server, started by scripts/pg-test-server.sh),
-#   numpy (the baseline benchmarks) and, best effort, ptxas from the nvidia-cuda-nvcc-cu12
+#   numpy (the baseline benchmarks), onnx and onnxruntime with a CNN's wheel (the ONNX tests)
+#   and, best effort, ptxas from the nvidia-cuda-nvcc-cu12
 #   wheel (tests/nvptx.rs assembles the PTX it emits; it skips that check without one).
 #
 #   bash scripts/setup.sh [--for-tests]
@@ -75,6 +76,23 @@ fi
 if [ "$for_tests" -eq 1 ] && ! python3 -c 'import numpy' >/dev/null 2>&1; then
   python3 -m pip install -q numpy threadpoolctl >/dev/null 2>&1 ||
     echo "setup: numpy not installed (only the baseline benchmark needs it)" >&2
+fi
+
+# The ONNX tests compare with ONNX Runtime and run ONNX's own node tests, which the onnx wheel
+# ships only up to 1.19; the real-model test reads a CNN from the rapidocr-onnxruntime wheel
+# (downloaded, not installed: its dependencies are not needed). Best effort: without them those
+# tests say so and pass.
+if [ "$for_tests" -eq 1 ]; then
+  if ! python3 -c 'import onnxruntime' >/dev/null 2>&1 ||
+    [ ! -d "$(python3 -c 'import onnx, os; print(os.path.dirname(onnx.__file__))' 2>/dev/null)/backend/test/data/node" ]; then
+    python3 -m pip install -q 'onnx>=1.16,<1.20' onnxruntime >/dev/null 2>&1 ||
+      echo "setup: onnx/onnxruntime not installed (the ONNX tests then skip)" >&2
+  fi
+  if ! ls target/test-data/rapidocr_onnxruntime-1.4.4-*.whl >/dev/null 2>&1; then
+    mkdir -p target/test-data
+    python3 -m pip download -q --no-deps rapidocr-onnxruntime==1.4.4 -d target/test-data >/dev/null 2>&1 ||
+      echo "setup: the rapidocr-onnxruntime wheel was not downloaded (the real-model test then skips)" >&2
+  fi
 fi
 
 if [ "$for_tests" -eq 1 ] && [ -z "${PTXAS:-}" ] && ! has_cmd ptxas &&

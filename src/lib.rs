@@ -9,6 +9,7 @@
 //! - [`measure`]: [`measure::CpuMeasurer`], the tuner's `Measurer` for this CPU;
 //! - [`tune`](mod@tune): [`tune()`], the entry point of tuning, and its report;
 //! - [`build`]: compile-time reuse of records (a static library and safe wrappers);
+//! - [`model`]: whole ONNX models: imported, tuned task by task, run with their kernels;
 //! - [`cli`]: the `tensortune` command line;
 //! - [`Target`]: where kernels run, and the key of their records;
 //! - [`plausible`]: the bound on what a measured time can be;
@@ -59,6 +60,7 @@ pub mod codegen;
 pub mod gpu;
 pub mod kernel;
 pub mod measure;
+pub mod model;
 #[cfg(feature = "tuning")]
 pub mod npy;
 pub mod plan;

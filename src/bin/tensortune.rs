@@ -107,6 +107,10 @@ enum Command {
     Plan(cli::plan::PlanArgs),
     /// Measure this machine's f32 FMA peak, memory bandwidth and parallel-loop overhead.
     Probe(cli::probe::ProbeArgs),
+    /// Tune every layer of an ONNX model under one budget into a records database.
+    TuneModel(cli::network::TuneModelArgs),
+    /// Run an ONNX model with its tuned kernels: outputs, end-to-end and per-layer time.
+    RunModel(cli::network::RunModelArgs),
     /// Compile a workload's default schedule, run it, and print latency and GFLOP/s.
     Run(cli::run::RunArgs),
     /// Print the loop IR, LLVM IR or assembly of a workload's default schedule.
@@ -162,6 +166,8 @@ fn run(command: Command) -> Result<(), CliError> {
         Command::Plot(args) => cli::plot::plot(&args, &mut out),
         Command::Report(args) => cli::report::report(&args, &mut out),
         Command::Run(args) => cli::run::run(&args, &mut out),
+        Command::TuneModel(args) => cli::network::tune_model(&args, &mut out),
+        Command::RunModel(args) => cli::network::run_model(&args, &mut out),
         Command::Probe(args) => cli::probe::probe(&args, &mut out),
         Command::Codegen(args) => cli::codegen::codegen(&args, &mut out),
         Command::CudaWorker { simulate, device } => {

@@ -16,6 +16,7 @@ use tensortune_schedules::lower::{lower_with, LowerOptions};
 use tensortune_schedules::ops::WorkloadSpec;
 use tensortune_schedules::schedule::State;
 use tensortune_schedules::trace::Trace;
+use tensortune_schedules::ComputeDag;
 
 /// What to do where a workload has no usable record for the target.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -180,6 +181,20 @@ pub(crate) fn choose_named(
         spec: key.clone(),
         source,
     })?;
+    choose_dag(db, &key, &dag, target_key, missing, name)
+}
+
+/// [`choose`] for a DAG filed under `key` rather than a workload of the op library: what
+/// `tune_dags` records a user's own DAG under (a model's layers, say). The function is named
+/// `name`, or the lowering's default.
+pub fn choose_dag(
+    db: &Database,
+    key: &str,
+    dag: &ComputeDag,
+    target_key: &str,
+    missing: Missing,
+    name: Option<&str>,
+) -> Result<Choice, ReuseError> {
     let lopts = LowerOptions {
         name: name.map(str::to_string),
         ..LowerOptions::default()
@@ -187,11 +202,11 @@ pub(crate) fn choose_named(
     let mut warnings: Vec<ReuseWarning> = Vec::new();
     // Every successful record, fastest first: a database holds at most a few thousand per
     // workload and target, and usually the first replays.
-    let records = db.best_k(&key, target_key, usize::MAX)?;
+    let records = db.best_k(key, target_key, usize::MAX)?;
     for r in &records {
         let usable = Trace::from_json(&r.trace_json)
             .map_err(|e| e.to_string())
-            .and_then(|t| t.replay(&dag).map_err(|e| e.to_string()))
+            .and_then(|t| t.replay(dag).map_err(|e| e.to_string()))
             .and_then(|state| {
                 lower_with(&state, &lopts)
                     .map(|func| (state, func))
@@ -200,7 +215,7 @@ pub(crate) fn choose_named(
         match usable {
             Ok((state, func)) => {
                 return Ok(Choice {
-                    workload: key,
+                    workload: key.to_string(),
                     state,
                     func,
                     source: Source::Record {
@@ -212,7 +227,7 @@ pub(crate) fn choose_named(
                 })
             }
             Err(reason) => warnings.push(ReuseWarning::Stale {
-                workload: key.clone(),
+                workload: key.to_string(),
                 id: r.id.0,
                 uid: r.uid.clone(),
                 reason,
@@ -221,24 +236,24 @@ pub(crate) fn choose_named(
     }
     let stale = warnings.len();
     let available: Vec<String> = db
-        .targets_of(&key)?
+        .targets_of(key)?
         .into_iter()
         .filter(|t| t != target_key || stale > 0)
         .collect();
     if missing == Missing::Error {
         return Err(ReuseError::NoRecord {
-            workload: key,
+            workload: key.to_string(),
             target: target_key.to_string(),
             stale,
             available,
         });
     }
     warnings.push(ReuseWarning::NoRecord {
-        workload: key.clone(),
+        workload: key.to_string(),
         target: target_key.to_string(),
         available,
     });
-    let mut choice = default_choice(workload, name)?;
+    let mut choice = default_choice_dag(key, dag, name)?;
     choice.warnings = warnings;
     Ok(choice)
 }
@@ -253,17 +268,26 @@ pub(crate) fn default_choice(
         spec: key.clone(),
         source,
     })?;
+    default_choice_dag(&key, &dag, name)
+}
+
+/// The default schedule of a DAG filed under `key`, lowered, with the function named `name`.
+pub fn default_choice_dag(
+    key: &str,
+    dag: &ComputeDag,
+    name: Option<&str>,
+) -> Result<Choice, ReuseError> {
     let lopts = LowerOptions {
         name: name.map(str::to_string),
         ..LowerOptions::default()
     };
-    let state = State::new(&dag);
+    let state = State::new(dag);
     let func = lower_with(&state, &lopts).map_err(|source| ReuseError::Lower {
-        workload: key.clone(),
+        workload: key.to_string(),
         source,
     })?;
     Ok(Choice {
-        workload: key,
+        workload: key.to_string(),
         state,
         func,
         source: Source::Default,

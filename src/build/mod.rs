@@ -55,7 +55,9 @@ mod rt_tests;
 pub use archive::{write as write_archive, Member};
 #[cfg(feature = "tuning")]
 pub(crate) use choose::choose_named;
-pub use choose::{choose, Choice, Missing, ReuseOptions, ReuseWarning, Source};
+pub use choose::{
+    choose, choose_dag, default_choice_dag, Choice, Missing, ReuseOptions, ReuseWarning, Source,
+};
 pub use error::ReuseError;
 
 use crate::codegen::llvm::emit_object;

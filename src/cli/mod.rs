@@ -13,6 +13,7 @@ pub mod codegen;
 mod gpu_dry_run;
 pub mod inspect;
 pub mod model;
+pub mod network;
 pub mod output;
 pub mod plan;
 pub mod plot;

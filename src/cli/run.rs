@@ -387,7 +387,7 @@ fn read_inputs(params: &[&crate::ParamSpec], paths: &[PathBuf]) -> Result<Vec<Nd
 }
 
 /// `.npy` through a temporary file renamed into place.
-fn write_npy_atomic<T: ndarray_npy::WritableElement>(
+pub(crate) fn write_npy_atomic<T: ndarray_npy::WritableElement>(
     path: &Path,
     a: &ArrayD<T>,
 ) -> Result<(), CliError> {
