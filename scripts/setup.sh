@@ -6,6 +6,7 @@
 #   the build tools of XGBoost's bundled C++ source (cmake, ninja, a C++ compiler, libclang);
 #   with --for-tests, also Debian's chromium (a test renders `tensortune report` in it),
 #   Debian's postgresql (the records tests' server, started by scripts/pg-test-server.sh),
+#   Debian's slurm-wlm and munge (a single-node cluster, scripts/slurm-test-cluster.sh),
 #   numpy (the baseline benchmarks), onnx and onnxruntime with a CNN's wheel (the ONNX tests)
 #   and, best effort, ptxas from the nvidia-cuda-nvcc-cu12
 #   wheel (tests/nvptx.rs assembles the PTX it emits; it skips that check without one).
@@ -54,6 +55,9 @@ if [ "$for_tests" -eq 1 ]; then
   has_cmd chromium || has_cmd chromium-browser || [ -n "${TENSORTUNE_CHROMIUM:-}" ] || need+=(chromium)
   # The server's own binaries (Debian keeps them off the PATH), not only a client.
   has_cmd pg_ctl || has_file /usr/lib/postgresql/*/bin/pg_ctl || need+=(postgresql)
+  # The daemons live in /usr/sbin, off a user's PATH.
+  has_cmd slurmctld || has_file /usr/sbin/slurmctld || need+=(slurm-wlm)
+  has_cmd munged || has_file /usr/sbin/munged || need+=(munge)
 fi
 
 if [ "${#need[@]}" -gt 0 ]; then
