@@ -10,6 +10,17 @@
 //!            "flops":268435456.0}]}
 //! ```
 //!
+//! A plan of a whole model (`tensortune plan --model m.onnx`) also names the model, with the
+//! SHA-256 of its bytes and the shapes and buckets it was planned with; its tasks are the
+//! model's layers, keyed as `tune-model` keys them, and a worker re-imports the model (found
+//! beside the plan file, or where the path says) to build them:
+//!
+//! ```json
+//! {"format":"tensortune.plan/1","id":"...","target":"llvm","seed":0,
+//!  "models":[{"path":"cls.onnx","sha256":"9c1e...","input_shapes":{"x":[1,3,48,192]}}],
+//!  "tasks":[{"workload":"conv2d:...","weight":1.0,"trials":64,"flops":1.2e6}]}
+//! ```
+//!
 //! `id` is the first 16 hex digits of the SHA-256 of the plan's content (everything but the
 //! id, as compact JSON): the same tasks give the same id on every machine, so the shards of
 //! one plan agree on it without talking, and a hand-edited plan (whose id no longer matches)
@@ -42,8 +53,27 @@ pub struct Plan {
     pub target: String,
     /// The seed of every task's run: a shard tunes its tasks as a single process would.
     pub seed: u64,
+    /// The models whose layers are tasks of the plan (none for a plan of workloads).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub models: Vec<PlanModel>,
     /// The tasks, in the order given.
     pub tasks: Vec<PlanTask>,
+}
+
+/// A model a plan tunes the layers of.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlanModel {
+    /// The ONNX file as `tensortune plan` was given it; a relative path is looked for beside
+    /// the plan file first, then from the working directory.
+    pub path: String,
+    /// SHA-256 of the file's bytes: a worker refuses a different model under the same path.
+    pub sha256: String,
+    /// The input shapes fixed at planning (`--input-shape`).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub input_shapes: std::collections::BTreeMap<String, Vec<usize>>,
+    /// The batch buckets planned (`--buckets`); empty for one fixed batch.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub buckets: Vec<usize>,
 }
 
 /// One task of a plan: a workload and its budget.
@@ -94,17 +124,31 @@ struct Content<'a> {
     format: &'a str,
     target: &'a str,
     seed: u64,
+    // Left out when empty: a plan of workloads keeps the id it had before plans had models.
+    #[serde(skip_serializing_if = "<[PlanModel]>::is_empty")]
+    models: &'a [PlanModel],
     tasks: &'a [PlanTask],
 }
 
 impl Plan {
     /// A plan of `tasks` for `target` with `seed`, its id computed.
     pub fn new(target: &str, seed: u64, tasks: Vec<PlanTask>) -> Result<Plan, PlanError> {
+        Plan::with_models(target, seed, Vec::new(), tasks)
+    }
+
+    /// [`Plan::new`] for a plan whose tasks include the layers of `models`.
+    pub fn with_models(
+        target: &str,
+        seed: u64,
+        models: Vec<PlanModel>,
+        tasks: Vec<PlanTask>,
+    ) -> Result<Plan, PlanError> {
         let mut plan = Plan {
             format: FORMAT.to_string(),
             id: String::new(),
             target: target.to_string(),
             seed,
+            models,
             tasks,
         };
         plan.check_tasks()?;
@@ -143,6 +187,7 @@ impl Plan {
             format: &self.format,
             target: &self.target,
             seed: self.seed,
+            models: &self.models,
             tasks: &self.tasks,
         };
         let text = serde_json::to_string(&content).unwrap_or_default();

@@ -6,7 +6,10 @@
 //! one with `scripts/pg-test-server.sh`), in a schema of their own; without the variable they
 //! pass with a message. The plan test runs its shards as plain processes with the job
 //! array's variable set, as a SLURM array would start them, each into its own SQLite file,
-//! merged at the end.
+//! merged at the end; with a SLURM cluster (`.ci/run` starts a single-node one with
+//! `scripts/slurm-test-cluster.sh` and names its configuration in
+//! `TENSORTUNE_TEST_SLURM_CONF`) the same script is submitted by `sbatch` as a job array
+//! writing the server.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -15,6 +18,7 @@ use std::time::{Duration, Instant};
 use tensortune_records::{Database, ImportMode, JsonSyntaxValidator};
 
 const PG_URL_ENV: &str = "TENSORTUNE_TEST_PG_URL";
+const SLURM_CONF_ENV: &str = "TENSORTUNE_TEST_SLURM_CONF";
 
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_tensortune"))
@@ -251,21 +255,26 @@ fn four_tuners_share_one_server_and_a_killed_one_leaves_only_whole_batches() {
     assert_eq!(uids(&db), uids(&copy));
 }
 
+/// The PATH with the tested `tensortune` first, as the batch script finds it on a node.
+fn path_with_the_binary() -> std::ffi::OsString {
+    let exe = Path::new(env!("CARGO_BIN_EXE_tensortune"));
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let mut dirs: Vec<PathBuf> = exe.parent().map(Path::to_path_buf).into_iter().collect();
+    dirs.extend(std::env::split_paths(&path));
+    std::env::join_paths(dirs).expect("PATH")
+}
+
 /// Array task `slurm_id` of `deploy/slurm/tune-array.sbatch` (run by bash as the batch
 /// script it is, with the variables of an array `--array=1-2`): `tune --plan` of shard
 /// `auto/2` into `db`, where `%a` stands for the array index.
 fn shard(plan: &Path, db: &str, slurm_id: u32) -> Command {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/slurm/tune-array.sbatch");
-    let exe = Path::new(env!("CARGO_BIN_EXE_tensortune"));
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    let mut dirs: Vec<PathBuf> = exe.parent().map(Path::to_path_buf).into_iter().collect();
-    dirs.extend(std::env::split_paths(&path));
     let mut cmd = Command::new("bash");
     cmd.arg(script)
         .arg(plan)
         .arg(db)
         .args(["--batch-size", "4", "--population", "64", "--quiet"])
-        .env("PATH", std::env::join_paths(dirs).expect("PATH"))
+        .env("PATH", path_with_the_binary())
         .env("SLURM_ARRAY_TASK_ID", slurm_id.to_string())
         .env("SLURM_ARRAY_TASK_MIN", "1")
         .env("SLURM_ARRAY_TASK_COUNT", "2")
@@ -274,10 +283,8 @@ fn shard(plan: &Path, db: &str, slurm_id: u32) -> Command {
     cmd
 }
 
-#[test]
-fn two_shards_of_a_plan_tune_every_task_once_and_say_which_shard_did() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let plan = dir.path().join("plan.json");
+/// A plan of four small matmuls, four trials each (the last of weight 3), written to `plan`.
+fn write_plan(plan: &Path) -> (String, tensortune::plan::Plan) {
     let specs = [
         "M=8,N=8,K=8",
         "M=8,N=8,K=16",
@@ -285,15 +292,55 @@ fn two_shards_of_a_plan_tune_every_task_once_and_say_which_shard_did() {
         "M=8,N=16,K=8@3",
     ];
     let mut cmd = bin();
-    cmd.args(["plan", "--trials", "4", "--out"]).arg(&plan);
+    cmd.args(["plan", "--trials", "4", "--out"]).arg(plan);
     for s in specs {
         cmd.arg("--workload").arg(format!("matmul:{s}"));
     }
     succeed(&mut cmd);
-    let text = std::fs::read_to_string(&plan).expect("plan file");
+    let text = std::fs::read_to_string(plan).expect("plan file");
     let parsed = tensortune::plan::Plan::parse(&text).expect("a valid plan");
     assert_eq!(parsed.tasks.len(), 4);
     assert_eq!(parsed.tasks[3].weight, 3.0);
+    (text, parsed)
+}
+
+/// Every task of `plan` has its trials in `db`, from runs that name the plan, and both of
+/// its two shards had work; `tensortune records` counts the plan's tasks done.
+fn assert_every_task_tuned_by_two_shards(db: &Path, plan: &tensortune::plan::Plan) {
+    let records_db = Database::open_read_only(db).expect("open");
+    let mut shards_seen = Vec::new();
+    for task in &plan.tasks {
+        let targets = records_db.targets_of(&task.workload).expect("targets");
+        assert_eq!(targets.len(), 1, "{}", task.workload);
+        let records = records_db
+            .records(&task.workload, &targets[0])
+            .expect("records");
+        assert_eq!(records.len(), task.trials, "{}", task.workload);
+        let run = records_db
+            .run(records[0].run.expect("a run"))
+            .expect("query")
+            .expect("the run");
+        let plan_of_run = run.plan.expect("the run names its plan");
+        assert_eq!(
+            (plan_of_run.id.as_str(), plan_of_run.shards),
+            (plan.id.as_str(), 2)
+        );
+        shards_seen.push(plan_of_run.shard);
+    }
+    shards_seen.sort();
+    shards_seen.dedup();
+    assert_eq!(shards_seen, [0, 1], "both shards had work");
+
+    let listed = succeed(bin().arg("records").arg("--db").arg(db));
+    let line = format!("plan {}: 4 task(s): 4 done, 0 under way, 0 left", plan.id);
+    assert!(listed.contains(&line), "{listed}");
+}
+
+#[test]
+fn two_shards_of_a_plan_tune_every_task_once_and_say_which_shard_did() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let plan = dir.path().join("plan.json");
+    let (text, parsed) = write_plan(&plan);
 
     let pattern = dir.path().join("shards/shard-%a.db");
     let pattern = pattern.to_str().expect("a UTF-8 temp path");
@@ -317,31 +364,7 @@ fn two_shards_of_a_plan_tune_every_task_once_and_say_which_shard_did() {
     let all = dir.path().join("all.db");
     succeed(bin().arg("merge").arg("--into").arg(&all).arg(&a).arg(&b));
 
-    let db = Database::open_read_only(&all).expect("open");
-    let mut shards_seen = Vec::new();
-    for task in &parsed.tasks {
-        let targets = db.targets_of(&task.workload).expect("targets");
-        assert_eq!(targets.len(), 1, "{}", task.workload);
-        let records = db.records(&task.workload, &targets[0]).expect("records");
-        assert_eq!(records.len(), task.trials, "{}", task.workload);
-        let run = db
-            .run(records[0].run.expect("a run"))
-            .expect("query")
-            .expect("the run");
-        let plan_of_run = run.plan.expect("the run names its plan");
-        assert_eq!(
-            (plan_of_run.id.as_str(), plan_of_run.shards),
-            (parsed.id.as_str(), 2)
-        );
-        shards_seen.push(plan_of_run.shard);
-    }
-    shards_seen.sort();
-    shards_seen.dedup();
-    assert_eq!(shards_seen, [0, 1], "both shards had work");
-
-    let listed = succeed(bin().arg("records").arg("--db").arg(&all));
-    let line = format!("plan {}: 4 task(s): 4 done, 0 under way, 0 left", parsed.id);
-    assert!(listed.contains(&line), "{listed}");
+    assert_every_task_tuned_by_two_shards(&all, &parsed);
     // A shard started again (a requeued array task) finds its tasks done.
     let again = succeed(&mut shard(&plan, pattern, 1));
     assert!(again.contains("0 task(s) tuned"), "{again}");
@@ -370,4 +393,125 @@ fn two_shards_of_a_plan_tune_every_task_once_and_say_which_shard_did() {
             1
         );
     }
+}
+
+/// The SLURM batch script as SLURM runs it: `sbatch --array=1-2` on the test cluster
+/// (`scripts/slurm-test-cluster.sh`, named by `TENSORTUNE_TEST_SLURM_CONF`), both array
+/// tasks writing one PostgreSQL server. Without a cluster or a server it passes with a message.
+#[test]
+fn a_slurm_job_array_tunes_a_plan_into_one_server() {
+    let Ok(conf) = std::env::var(SLURM_CONF_ENV) else {
+        eprintln!("skipped: {SLURM_CONF_ENV} is not set");
+        return;
+    };
+    let Some(url) = fresh_server_db("slurm") else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let plan = dir.path().join("plan.json");
+    let (_, parsed) = write_plan(&plan);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/slurm/tune-array.sbatch");
+    let out = Command::new("sbatch")
+        .args(["--wait", "--array=1-2", "--chdir"])
+        .arg(dir.path())
+        .arg(script)
+        .arg(&plan)
+        .arg(&url)
+        .args(["--batch-size", "4", "--population", "64", "--quiet"])
+        .env("SLURM_CONF", &conf)
+        .env("PATH", path_with_the_binary())
+        .output()
+        .expect("sbatch runs");
+    let logs: String = std::fs::read_dir(dir.path())
+        .expect("the job's folder")
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".log"))
+        .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+        .collect();
+    assert!(
+        out.status.success(),
+        "sbatch: {}\n{}\njob logs:\n{logs}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).starts_with("Submitted batch job"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert_every_task_tuned_by_two_shards(&PathBuf::from(&url), &parsed);
+}
+
+/// A plan of a whole model: its layers (of two batch buckets) as tasks, the model found beside
+/// the plan file by the shards, every task tuned, and a changed model refused.
+#[test]
+fn a_plan_of_a_model_tunes_its_layers_in_shards() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let model = dir.path().join("mlp.onnx");
+    std::fs::write(
+        &model,
+        tensortune::model::testing::mlp_dynamic_batch_bytes(),
+    )
+    .expect("write the model");
+    let plan = dir.path().join("plan.json");
+    // Planned from the model's folder: the plan names it `mlp.onnx`, found beside the plan.
+    succeed(
+        bin()
+            .current_dir(dir.path())
+            .args(["plan", "--model", "mlp.onnx", "--buckets", "2,1"])
+            .args(["--trials", "4", "--out", "plan.json"]),
+    );
+    let text = std::fs::read_to_string(&plan).expect("plan file");
+    let parsed = tensortune::plan::Plan::parse(&text).expect("a valid plan");
+    assert_eq!(parsed.models.len(), 1);
+    assert_eq!(parsed.models[0].path, "mlp.onnx");
+    assert_eq!(parsed.models[0].buckets, [1, 2]);
+    assert_eq!(parsed.tasks.len(), 2, "{text}");
+
+    let pattern = dir.path().join("shards/shard-%a.db");
+    let pattern = pattern.to_str().expect("a UTF-8 temp path");
+    let children = [1, 2].map(|id| {
+        shard(&plan, pattern, id)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn")
+    });
+    wait_all(children);
+    let all = dir.path().join("all.db");
+    succeed(
+        bin()
+            .arg("merge")
+            .arg("--into")
+            .arg(&all)
+            .arg(dir.path().join("shards/shard-1.db"))
+            .arg(dir.path().join("shards/shard-2.db")),
+    );
+    let db = Database::open_read_only(&all).expect("open");
+    for task in &parsed.tasks {
+        let targets = db.targets_of(&task.workload).expect("targets");
+        assert_eq!(targets.len(), 1, "{}", task.workload);
+        let records = db.records(&task.workload, &targets[0]).expect("records");
+        assert_eq!(records.len(), task.trials, "{}", task.workload);
+    }
+    // The model runs with those records, in either bucket.
+    let ran = succeed(
+        bin()
+            .arg("run-model")
+            .arg(&model)
+            .arg("--db")
+            .arg(&all)
+            .args(["--buckets", "1,2", "--repeat", "1"]),
+    );
+    assert!(
+        ran.contains("1 tasks: 1 from records, 0 on their default schedule"),
+        "{ran}"
+    );
+
+    // Another model under the same name is refused, one line, exit 2.
+    std::fs::write(&model, tensortune::model::testing::mlp_bytes()).expect("replace the model");
+    let out = shard(&plan, pattern, 1).output().expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("SHA-256 differs"), "{err}");
 }

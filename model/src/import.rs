@@ -149,7 +149,6 @@ fn input_type(
     input: &proto::ValueInfoProto,
     opts: &ImportOptions,
 ) -> Result<(Elem, Vec<usize>), ModelError> {
-    use proto::tensor_shape_proto::dimension::Value as Dim;
     use proto::type_proto::Value as Ty;
     let name = input.name.clone().unwrap_or_default();
     let err = |reason: String| ModelError::InputShape {
@@ -166,15 +165,7 @@ fn input_type(
             dtype_name(data_type)
         )));
     }
-    let declared: Option<Vec<Option<usize>>> = t.shape.as_ref().map(|s| {
-        s.dim
-            .iter()
-            .map(|d| match &d.value {
-                Some(Dim::DimValue(v)) if *v >= 1 => Some(*v as usize),
-                _ => None,
-            })
-            .collect()
-    });
+    let declared: DeclaredShape = t.shape.as_ref().map(declared_dims);
     if let Some(given) = opts.input_shapes.get(&name) {
         if let Some(decl) = &declared {
             let fits = decl.len() == given.len()
@@ -309,6 +300,35 @@ fn attr_from_proto(a: &proto::AttributeProto) -> Result<Attr, ModelError> {
 /// The names of the inputs a caller provides (those no initializer names), without importing
 /// the rest of the model.
 pub fn input_names(bytes: &[u8]) -> Result<Vec<String>, ModelError> {
+    Ok(declared_inputs(bytes)?
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect())
+}
+
+/// The dimensions of a declared shape: `None` for a dynamic one (a `dim_param`, or a
+/// `dim_value` below 1).
+fn declared_dims(shape: &proto::TensorShapeProto) -> Vec<Option<usize>> {
+    use proto::tensor_shape_proto::dimension::Value as Dim;
+    shape
+        .dim
+        .iter()
+        .map(|d| match &d.value {
+            Some(Dim::DimValue(v)) if *v >= 1 => Some(*v as usize),
+            _ => None,
+        })
+        .collect()
+}
+
+/// An input's shape as the model declares it: `None` for no shape, `None` dimensions dynamic.
+pub type DeclaredShape = Option<Vec<Option<usize>>>;
+
+/// The inputs a caller provides (initializers left out), in the model's order, each with the
+/// shape it declares, `None` for a dynamic dimension (a `dim_param`, or a `dim_value` below
+/// 1), and `None` for the whole shape where it declares none: what a caller needs to tell
+/// which dimension is the dynamic batch.
+pub fn declared_inputs(bytes: &[u8]) -> Result<Vec<(String, DeclaredShape)>, ModelError> {
+    use proto::type_proto::Value as Ty;
     let model = ModelProto::decode(bytes).map_err(|e| ModelError::Decode(e.to_string()))?;
     let g = model
         .graph
@@ -321,8 +341,15 @@ pub fn input_names(bytes: &[u8]) -> Result<Vec<String>, ModelError> {
         .collect();
     Ok(g.input
         .iter()
-        .filter_map(|i| i.name.clone())
-        .filter(|n| !inits.contains(n.as_str()))
+        .filter_map(|i| Some((i.name.clone()?, i)))
+        .filter(|(n, _)| !inits.contains(n.as_str()))
+        .map(|(name, i)| {
+            let shape = match i.r#type.as_ref().and_then(|t| t.value.as_ref()) {
+                Some(Ty::TensorType(t)) => t.shape.as_ref().map(declared_dims),
+                _ => None,
+            };
+            (name, shape)
+        })
         .collect())
 }
 

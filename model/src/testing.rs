@@ -177,3 +177,17 @@ pub fn mlp_bytes() -> Vec<u8> {
         .output("y")
         .build()
 }
+
+/// [`mlp_bytes`] with a dynamic batch: `x: [N, 3]` (`N` a `dim_param`), `y: [N, 4]`.
+pub fn mlp_dynamic_batch_bytes() -> Vec<u8> {
+    let w: Vec<f32> = (0..3)
+        .flat_map(|k| (0..4).map(move |j| (k - j) as f32))
+        .collect();
+    ModelBuilder::new(13)
+        .input("x", &[-1, 3])
+        .init("W", &[3, 4], w)
+        .node("MatMul", &["x", "W"], &["h"], &[])
+        .node("Relu", &["h"], &["y"], &[])
+        .output("y")
+        .build()
+}

@@ -13,7 +13,12 @@ use crate::types::{Outcome, Workload};
 
 /// SHA-256 of `text`, lower-case hex.
 pub fn sha256_hex(text: &str) -> String {
-    let digest = Sha256::digest(text.as_bytes());
+    sha256_hex_bytes(text.as_bytes())
+}
+
+/// SHA-256 of `bytes` (a model file, say), lower-case hex.
+pub fn sha256_hex_bytes(bytes: &[u8]) -> String {
+    let digest = Sha256::digest(bytes);
     let mut hex = String::with_capacity(64);
     for byte in digest {
         hex.push(char::from_digit(u32::from(byte >> 4), 16).unwrap_or('0'));

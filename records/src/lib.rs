@@ -75,7 +75,7 @@ pub use db::{
     busy_timeout, check_busy_timeout_env, Database, BUSY_TIMEOUT, BUSY_TIMEOUT_ENV, WRITE_ATTEMPTS,
 };
 pub use error::{InvalidReason, LineError, LineErrorKind, RecordsError, Result};
-pub use hash::{compact_json, sha256_hex, trace_hash};
+pub use hash::{compact_json, sha256_hex, sha256_hex_bytes, trace_hash};
 pub use jsonl::{to_json_line, ImportMode, ImportReport, FORMAT};
 pub use merge::{MergeReport, RejectedRecord};
 pub use schema::SCHEMA_VERSION;

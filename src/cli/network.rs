@@ -18,7 +18,7 @@ use tensortune_tuner::TuneOptions;
 /// Arguments of `tensortune tune-model`.
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "Examples:\n  tensortune tune-model model.onnx --db model.db --trials 2000 --input-shape x=1x3x224x224\n  tensortune tune-model model.onnx --db model.db --trials 0   (list the tasks only)"
+    after_help = "Examples:\n  tensortune tune-model model.onnx --db model.db --trials 2000 --input-shape x=1x3x224x224\n  tensortune tune-model model.onnx --db model.db --trials 0   (list the tasks only)\n  tensortune tune-model model.onnx --db model.db --trials 2000 --buckets 1,2,4,8   (dynamic batch)"
 )]
 pub struct TuneModelArgs {
     /// The ONNX model.
@@ -43,6 +43,11 @@ pub struct TuneModelArgs {
     /// Candidates measured per round.
     #[arg(long, default_value_t = 64)]
     pub batch_size: usize,
+    /// For a model whose batch dimension is dynamic: the batch sizes to tune, e.g. `1,2,4,8`,
+    /// each its own set of tasks, all under the one budget (`run-model --buckets` runs a
+    /// batch on the smallest bucket that holds it).
+    #[arg(long, value_name = "B1,B2,...")]
+    pub buckets: Option<String>,
     /// No progress on stderr.
     #[arg(long)]
     pub quiet: bool,
@@ -51,7 +56,7 @@ pub struct TuneModelArgs {
 /// Arguments of `tensortune run-model`.
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "Examples:\n  tensortune run-model model.onnx --db model.db --inputs x.npy --output y.npy\n  tensortune run-model model.onnx --input-shape x=1x3x48x192 --repeat 20"
+    after_help = "Examples:\n  tensortune run-model model.onnx --db model.db --inputs x.npy --output y.npy\n  tensortune run-model model.onnx --input-shape x=1x3x48x192 --repeat 20\n  tensortune run-model model.onnx --db model.db --buckets 1,2,4,8 --inputs batch3.npy --output y.npy"
 )]
 pub struct RunModelArgs {
     /// The ONNX model.
@@ -76,10 +81,15 @@ pub struct RunModelArgs {
     /// Inferences timed; the median is reported, with each step's median.
     #[arg(long, default_value_t = 10)]
     pub repeat: usize,
+    /// For a model whose batch dimension is dynamic: the buckets it was tuned for, e.g.
+    /// `1,2,4,8`. The batch of the inputs runs on the smallest bucket that holds it, padded
+    /// with zero rows that are sliced off the outputs (in chunks past the largest).
+    #[arg(long, value_name = "B1,B2,...")]
+    pub buckets: Option<String>,
 }
 
 /// The `--input-shape` flags as import options; the shapes of `.npy` inputs fill in the rest.
-fn import_options(flags: &[String]) -> Result<ImportOptions, CliError> {
+pub(super) fn import_options(flags: &[String]) -> Result<ImportOptions, CliError> {
     let mut opts = ImportOptions::default();
     for f in flags {
         let (name, shape) = tensortune_model::parse_input_shape(f).map_err(CliError::Usage)?;
@@ -88,7 +98,7 @@ fn import_options(flags: &[String]) -> Result<ImportOptions, CliError> {
     Ok(opts)
 }
 
-fn model_error(e: model::Error) -> CliError {
+pub(super) fn model_error(e: model::Error) -> CliError {
     if e.is_user_error() {
         CliError::Usage(e.to_string())
     } else {
@@ -134,11 +144,30 @@ pub fn tune_model(args: &TuneModelArgs, out: &mut dyn Write) -> Result<(), CliEr
     check_count("--trials", args.trials, 0, 100_000_000)?;
     check_count("--batch-size", args.batch_size, 1, 1_000_000)?;
     let threads = resolve_threads("--threads", args.threads)?;
-    let plan =
-        model::plan_file(&args.model, &import_options(&args.input_shapes)?).map_err(model_error)?;
+    let import = import_options(&args.input_shapes)?;
     let io = |e: std::io::Error| CliError::Internal(e.to_string());
-    print_tasks(&plan, out).map_err(io)?;
-    if args.trials == 0 || plan.tasks.is_empty() {
+    let plans: Vec<(Option<usize>, Plan)> = match &args.buckets {
+        None => vec![(
+            None,
+            model::plan_file(&args.model, &import).map_err(model_error)?,
+        )],
+        Some(text) => {
+            let buckets = model::buckets::parse_buckets(text).map_err(CliError::Usage)?;
+            let bytes = read_model(&args.model)?;
+            model::buckets::bucket_plans(&bytes, &import, &buckets)
+                .map_err(model_error)?
+                .into_iter()
+                .map(|(b, p)| (Some(b), p))
+                .collect()
+        }
+    };
+    for (bucket, plan) in &plans {
+        if let Some(b) = bucket {
+            writeln!(out, "bucket {b}:").map_err(io)?;
+        }
+        print_tasks(plan, out).map_err(io)?;
+    }
+    if args.trials == 0 || plans.iter().all(|(_, p)| p.tasks.is_empty()) {
         return Ok(());
     }
     let opts = TuneOptions {
@@ -150,7 +179,8 @@ pub fn tune_model(args: &TuneModelArgs, out: &mut dyn Write) -> Result<(), CliEr
         db: Some(args.db.clone()),
         ..TuneOptions::default()
     };
-    let reports = model::tune_model(&plan, &Target::host(threads), &opts).map_err(|e| match e {
+    let refs: Vec<&Plan> = plans.iter().map(|(_, p)| p).collect();
+    let reports = model::tune_plans(&refs, &Target::host(threads), &opts).map_err(|e| match e {
         crate::tune::TuneError::Records(r) if r.is_user_error() => CliError::Usage(r.to_string()),
         crate::tune::TuneError::Tuner(tensortune_tuner::tuning::TuneError::Records(r))
             if r.is_user_error() =>
@@ -160,16 +190,20 @@ pub fn tune_model(args: &TuneModelArgs, out: &mut dyn Write) -> Result<(), CliEr
         e => CliError::Internal(e.to_string()),
     })?;
     let mut total = 0.0;
-    for (i, (t, r)) in plan.tasks.iter().zip(&reports).enumerate() {
+    for (i, (key, r)) in reports.iter().enumerate() {
+        // The ops of its first plan, its count summed over the plans (buckets) that run it.
+        let of_key = || refs.iter().flat_map(|p| &p.tasks).filter(|t| t.key == *key);
+        let count: usize = of_key().map(|t| t.count).sum();
+        let ops = of_key().next().map_or("", |t| t.ops.as_str());
         let lat = r.best_latency_s;
-        total += lat.unwrap_or(f64::NAN) * t.count as f64;
+        total += lat.unwrap_or(f64::NAN) * count as f64;
         let best = lat.map_or("no valid program".to_string(), |l| {
             format!("{:.3} ms", l * 1e3)
         });
         writeln!(
             out,
-            "task {i} ({}, x{}): best {best}, {} trials ({} failed)",
-            t.ops, t.count, r.trials, r.errors
+            "task {i} ({ops}, x{count}): best {best}, {} trials ({} failed)",
+            r.trials, r.errors
         )
         .map_err(io)?;
     }
@@ -194,7 +228,6 @@ pub fn run_model(args: &RunModelArgs, out: &mut dyn Write) -> Result<(), CliErro
         .map(|p| crate::npy::read::<f32>(p).map_err(|e| CliError::Usage(e.to_string())))
         .collect::<Result<_, _>>()?;
     if !arrays.is_empty() {
-        // The inputs' own shapes fix the model's dynamic dimensions.
         let names = input_names(&args.model)?;
         if names.len() != arrays.len() {
             return Err(CliError::Usage(format!(
@@ -204,11 +237,14 @@ pub fn run_model(args: &RunModelArgs, out: &mut dyn Write) -> Result<(), CliErro
                 arrays.len()
             )));
         }
-        for (n, a) in names.iter().zip(&arrays) {
-            import
-                .input_shapes
-                .entry(n.clone())
-                .or_insert_with(|| a.shape().to_vec());
+        if args.buckets.is_none() {
+            // The inputs' own shapes fix the model's dynamic dimensions.
+            for (n, a) in names.iter().zip(&arrays) {
+                import
+                    .input_shapes
+                    .entry(n.clone())
+                    .or_insert_with(|| a.shape().to_vec());
+            }
         }
     }
     let opts = LoadOptions {
@@ -216,17 +252,115 @@ pub fn run_model(args: &RunModelArgs, out: &mut dyn Write) -> Result<(), CliErro
         db: args.db.clone(),
         threads,
     };
+    if let Some(text) = &args.buckets {
+        let buckets = model::buckets::parse_buckets(text).map_err(CliError::Usage)?;
+        return run_buckets(args, &opts, &buckets, arrays, out);
+    }
     let model = Model::load(&args.model, &opts).map_err(model_error)?;
     let inputs: Vec<ArrayD<f32>> = if arrays.is_empty() {
-        model
-            .inputs()
-            .iter()
-            .enumerate()
-            .map(|(k, (_, s))| random(s, k as u64))
-            .collect()
+        random_inputs(&model)
     } else {
         arrays
     };
+    time_and_report(&model, &inputs, args, |outs| outs, out)
+}
+
+fn random_inputs(model: &Model) -> Vec<ArrayD<f32>> {
+    model
+        .inputs()
+        .iter()
+        .enumerate()
+        .map(|(k, (_, s))| random(s, k as u64))
+        .collect()
+}
+
+/// `run-model --buckets`: the batch on the smallest bucket that holds it (timed step by step
+/// like any model), or in chunks of the largest bucket.
+fn run_buckets(
+    args: &RunModelArgs,
+    opts: &LoadOptions,
+    buckets: &[usize],
+    arrays: Vec<ArrayD<f32>>,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let io = |e: std::io::Error| CliError::Internal(e.to_string());
+    let bm = model::BucketedModel::load(&args.model, opts, buckets).map_err(model_error)?;
+    let inputs = if arrays.is_empty() {
+        // Random inputs of the smallest bucket's shapes.
+        let smallest = bm.buckets().first().copied().unwrap_or(1);
+        let m = bm
+            .model(smallest)
+            .ok_or_else(|| CliError::Internal("no bucket".into()))?;
+        random_inputs(m)
+    } else {
+        arrays
+    };
+    let views: Vec<_> = inputs.iter().map(|a| a.view()).collect();
+    let n = bm.batch_of(&views).map_err(model_error)?;
+    let bucket = bm.bucket_for(n);
+    if n <= bucket {
+        writeln!(
+            out,
+            "batch {n} on bucket {bucket} of {buckets:?} ({} padded row(s))",
+            bucket - n
+        )
+        .map_err(io)?;
+        let model = bm
+            .model(bucket)
+            .ok_or_else(|| CliError::Internal("no bucket".into()))?;
+        let padded = bm.pad_inputs(&views, bucket);
+        let batched = bm.batched_outputs().to_vec();
+        return time_and_report(
+            model,
+            &padded,
+            args,
+            |outs| model::buckets::slice_outputs(outs, &batched, n),
+            out,
+        );
+    }
+    writeln!(
+        out,
+        "batch {n} in chunks of bucket {bucket} of {buckets:?} (the last one padded)"
+    )
+    .map_err(io)?;
+    let mut times = Vec::with_capacity(args.repeat);
+    let mut first = None;
+    for _ in 0..args.repeat + 1 {
+        let start = std::time::Instant::now();
+        let outs = bm.run(&views).map_err(model_error)?;
+        times.push(start.elapsed().as_secs_f64());
+        first.get_or_insert(outs);
+    }
+    times.remove(0);
+    write_first_output(args, first.as_deref())?;
+    writeln!(
+        out,
+        "end-to-end latency: {:.3} ms (median of {} runs)",
+        median(times) * 1e3,
+        args.repeat
+    )
+    .map_err(io)
+}
+
+fn write_first_output(args: &RunModelArgs, outs: Option<&[ArrayD<f32>]>) -> Result<(), CliError> {
+    if let (Some(path), Some(outs)) = (&args.output, outs) {
+        let a = outs
+            .first()
+            .ok_or_else(|| CliError::Internal("the model has no output".into()))?;
+        super::run::write_npy_atomic(path, a)?;
+    }
+    Ok(())
+}
+
+/// Runs `model` on `inputs` `--repeat` times after a warm-up, writes the first output (after
+/// `keep`, which slices a padded batch back), and prints the summary.
+fn time_and_report(
+    model: &Model,
+    inputs: &[ArrayD<f32>],
+    args: &RunModelArgs,
+    keep: impl Fn(Vec<ArrayD<f32>>) -> Vec<ArrayD<f32>>,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
     let views: Vec<_> = inputs.iter().map(|a| a.view()).collect();
     let mut runs = Vec::with_capacity(args.repeat);
     let mut first = None;
@@ -238,19 +372,18 @@ pub fn run_model(args: &RunModelArgs, out: &mut dyn Write) -> Result<(), CliErro
     }
     // The first run is the warm-up (first touch of every buffer).
     runs.remove(0);
-    if let (Some(path), Some(outs)) = (&args.output, &first) {
-        let a = outs
-            .first()
-            .ok_or_else(|| CliError::Internal("the model has no output".into()))?;
-        super::run::write_npy_atomic(path, a)?;
-    }
-    report(&model, &runs, out).map_err(|e| CliError::Internal(e.to_string()))
+    write_first_output(args, first.map(keep).as_deref())?;
+    report(model, &runs, out).map_err(|e| CliError::Internal(e.to_string()))
+}
+
+pub(super) fn read_model(path: &std::path::Path) -> Result<Vec<u8>, CliError> {
+    std::fs::read(path)
+        .map_err(|e| CliError::Usage(format!("cannot read `{}`: {e}", path.display())))
 }
 
 /// The names of the model's inputs, read without compiling anything.
 fn input_names(path: &std::path::Path) -> Result<Vec<String>, CliError> {
-    let bytes = std::fs::read(path)
-        .map_err(|e| CliError::Usage(format!("cannot read `{}`: {e}", path.display())))?;
+    let bytes = read_model(path)?;
     tensortune_model::import::input_names(&bytes).map_err(|e| CliError::Usage(e.to_string()))
 }
 

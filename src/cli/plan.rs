@@ -15,18 +15,38 @@ use tensortune_records::{Database, RunPlan};
 use super::run::parse_workload;
 use super::tune::{parse_weighted, TuneArgs};
 use super::{check_count, CliError};
-use crate::plan::{Plan, PlanTask, Shard};
+use crate::plan::{Plan, PlanModel, PlanTask, Shard};
 
 /// Arguments of `tensortune plan`.
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Example:\n  \
     tensortune plan --workload matmul:M=512,N=512,K=512@2 --workload softmax:M=512,N=512 \
     --trials 64 --out plan.json\n  \
+    tensortune plan --model cls.onnx --input-shape x=1x3x48x192 --trials 64 --out plan.json\n  \
     tensortune tune --plan plan.json --shard 0/2 --db postgres://tune@db-host/records")]
 pub struct PlanArgs {
     /// A workload to tune, optionally with a weight: `SPEC[@WEIGHT]`, as `tune` takes it.
-    #[arg(long = "workload", value_name = "SPEC[@WEIGHT]", required = true)]
+    #[arg(
+        long = "workload",
+        value_name = "SPEC[@WEIGHT]",
+        required_unless_present = "models"
+    )]
     pub workloads: Vec<String>,
+    /// An ONNX model whose layers are tasks of the plan, cut as `tune-model` cuts them (each
+    /// distinct layer once, weighted by its count). Repeat for several. The workers find it
+    /// beside the plan file (or at the path given) and check that it is the same file.
+    #[arg(long = "model", value_name = "MODEL.onnx")]
+    pub models: Vec<PathBuf>,
+    /// With `--model`: fix an input's shape, e.g. `x=1x3x224x224`.
+    #[arg(
+        long = "input-shape",
+        value_name = "NAME=D1xD2x...",
+        requires = "models"
+    )]
+    pub input_shapes: Vec<String>,
+    /// With `--model`: the batch buckets of a model with a dynamic batch, e.g. `1,2,4,8`.
+    #[arg(long, value_name = "B1,B2,...", requires = "models")]
+    pub buckets: Option<String>,
     /// Candidates to measure for each task.
     #[arg(long, default_value_t = 64)]
     pub trials: usize,
@@ -55,8 +75,9 @@ pub fn plan(args: &PlanArgs, out: &mut dyn Write) -> Result<(), CliError> {
             flops: dag.flops(),
         });
     }
-    let plan =
-        Plan::new(&args.target, args.seed, tasks).map_err(|e| CliError::Usage(e.to_string()))?;
+    let models = add_model_tasks(args, &mut tasks)?;
+    let plan = Plan::with_models(&args.target, args.seed, models, tasks)
+        .map_err(|e| CliError::Usage(e.to_string()))?;
     let text = plan.to_json();
     let io = |e: std::io::Error| CliError::Internal(e.to_string());
     match &args.out {
@@ -76,6 +97,82 @@ pub fn plan(args: &PlanArgs, out: &mut dyn Write) -> Result<(), CliError> {
             .map_err(io)
         }
     }
+}
+
+/// The layers of `--model`s as tasks, added to `tasks` (a layer already there, from another
+/// model or bucket or a `--workload`, adds its count to that task's weight); returns the
+/// models as the plan names them.
+fn add_model_tasks(args: &PlanArgs, tasks: &mut Vec<PlanTask>) -> Result<Vec<PlanModel>, CliError> {
+    let mut models = Vec::new();
+    if args.models.is_empty() {
+        return Ok(models);
+    }
+    let import = super::network::import_options(&args.input_shapes)?;
+    let buckets = args
+        .buckets
+        .as_deref()
+        .map(crate::model::buckets::parse_buckets)
+        .transpose()
+        .map_err(CliError::Usage)?;
+    for path in &args.models {
+        let bytes = super::network::read_model(path)?;
+        let plans = crate::model::model_plans(&bytes, &import, buckets.as_deref())
+            .map_err(super::network::model_error)?;
+        for t in plans.iter().flat_map(|p| &p.tasks) {
+            match tasks.iter_mut().find(|p| p.workload == t.key) {
+                Some(p) => p.weight += t.count as f64,
+                None => tasks.push(PlanTask {
+                    workload: t.key.clone(),
+                    weight: t.count as f64,
+                    trials: args.trials,
+                    flops: t.dag.flops(),
+                }),
+            }
+        }
+        models.push(PlanModel {
+            path: path.display().to_string(),
+            sha256: tensortune_records::sha256_hex_bytes(&bytes),
+            input_shapes: import.input_shapes.clone(),
+            buckets: buckets.clone().unwrap_or_default(),
+        });
+    }
+    Ok(models)
+}
+
+/// The DAG of every layer of the plan's models, by task key: each model read (beside the
+/// plan file, or at its path) and checked against the hash the plan holds.
+fn model_dags(
+    plan: &Plan,
+    file: &Path,
+) -> Result<HashMap<String, tensortune_schedules::ComputeDag>, CliError> {
+    let mut dags = HashMap::new();
+    for m in &plan.models {
+        let given = Path::new(&m.path);
+        let beside = file.parent().map(|d| d.join(given));
+        let path = match beside {
+            Some(p) if given.is_relative() && p.exists() => p,
+            _ => given.to_path_buf(),
+        };
+        let bytes = super::network::read_model(&path)?;
+        if tensortune_records::sha256_hex_bytes(&bytes) != m.sha256 {
+            return Err(CliError::Usage(format!(
+                "{}: not the model plan {} was made from (its SHA-256 differs)",
+                path.display(),
+                plan.id
+            )));
+        }
+        let import = tensortune_model::ImportOptions {
+            input_shapes: m.input_shapes.clone(),
+            ..Default::default()
+        };
+        let buckets = (!m.buckets.is_empty()).then_some(m.buckets.as_slice());
+        let plans = crate::model::model_plans(&bytes, &import, buckets)
+            .map_err(super::network::model_error)?;
+        for t in plans.into_iter().flat_map(|p| p.tasks) {
+            dags.entry(t.key).or_insert(t.dag);
+        }
+    }
+    Ok(dags)
 }
 
 /// Reads and checks a plan file; returns the plan and its text as read.
@@ -147,6 +244,7 @@ fn plan_records(db: &Database, plan: &Plan) -> Result<HashMap<String, u64>, CliE
 pub(super) fn tune_plan(args: &TuneArgs, file: &Path, out: &mut dyn Write) -> Result<(), CliError> {
     let shard = resolve_shard(args.shard.as_deref())?;
     let (plan, text) = read_plan(file)?;
+    let dags = model_dags(&plan, file)?;
     let done = {
         let mut db = Database::open(&args.db)?;
         db.put_plan(&plan.id, &text)?;
@@ -175,7 +273,15 @@ pub(super) fn tune_plan(args: &TuneArgs, file: &Path, out: &mut dyn Write) -> Re
             shard: None,
             ..args.clone()
         };
-        super::tune::tune_with(&task_args, Some(run_plan.clone()), out)?;
+        match dags.get(&task.workload) {
+            Some(dag) => super::tune::tune_tasks(
+                &task_args,
+                vec![(task.workload.clone(), dag.clone(), task.weight)],
+                Some(run_plan.clone()),
+                out,
+            )?,
+            None => super::tune::tune_with(&task_args, Some(run_plan.clone()), out)?,
+        }
         tuned += 1;
     }
     writeln!(

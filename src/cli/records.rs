@@ -99,14 +99,31 @@ pub struct MergeArgs {
     pub sources: Vec<PathBuf>,
 }
 
+/// The prefix of the workload keys of a model's layers that are not an op of the library
+/// (`onnx_conv2d:...`): see `tensortune_model::plan`.
+const MODEL_LAYER_PREFIX: &str = "onnx_";
+
 /// Checks imported and merged records against the op library and the schedule language: the
 /// op exists, the spec parses (and is canonicalized), the trace replays on the workload's
-/// DAG, and the time is possible on the record's target ([`crate::plausible`]).
+/// DAG, and the time is possible on the record's target ([`crate::plausible`]). A model's
+/// layer (`onnx_...`, a DAG only its model rebuilds) is checked as far as it can be without
+/// the model: its trace must be a trace.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SchedulesValidator;
 
 impl RecordValidator for SchedulesValidator {
     fn check(&self, spec: &str, trace_json: &str) -> Result<ValidWorkload, ValidationError> {
+        if spec.starts_with(MODEL_LAYER_PREFIX) && spec.contains(':') {
+            // A model's layer: only its model rebuilds the DAG, so the trace is checked as a
+            // trace, not replayed, and the key and FLOPs stay as written.
+            Trace::from_json(trace_json).map_err(|e| ValidationError::BadTrace {
+                message: e.to_string(),
+            })?;
+            return Ok(ValidWorkload {
+                key: spec.to_string(),
+                flops: None,
+            });
+        }
         let bad_spec = |e: SpecError| match e {
             SpecError::UnknownOp { name, .. } => ValidationError::UnknownOp { op: name },
             other => ValidationError::BadSpec {
@@ -596,6 +613,14 @@ mod tests {
         ));
         assert!(matches!(
             v.check("matmul:M=8,N=8,K=8", r#"[1,2]"#),
+            Err(ValidationError::BadTrace { .. })
+        ));
+        // A model's layer: kept as written when its trace is a trace.
+        let layer = "onnx_matmul:M=2,N=4,K=3,epilogue=relu(acc),args=";
+        let ok = v.check(layer, r#"{"steps":[]}"#).expect("a layer");
+        assert_eq!((ok.key.as_str(), ok.flops), (layer, None));
+        assert!(matches!(
+            v.check(layer, r#"[1,2]"#),
             Err(ValidationError::BadTrace { .. })
         ));
         let far = r#"{"steps":[{"op":"split","stage":99,"iter":0,"factors":[2]}]}"#;

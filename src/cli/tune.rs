@@ -155,6 +155,22 @@ pub(super) fn tune_with(
     plan: Option<tensortune_records::RunPlan>,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
+    let mut tasks = Vec::new();
+    for w in &args.workloads {
+        let (spec, weight) = parse_weighted(w)?;
+        let (ws, dag) = parse_workload(&spec)?;
+        tasks.push((ws.canonical(), dag, weight));
+    }
+    tune_tasks(args, tasks, plan, out)
+}
+
+/// Tunes `tasks` (key, DAG, weight) with the options of `args` (its workloads aside).
+pub(super) fn tune_tasks(
+    args: &TuneArgs,
+    tasks: Vec<(String, tensortune_schedules::ComputeDag, f64)>,
+    plan: Option<tensortune_records::RunPlan>,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
     check_count("--trials", args.trials, 1, 100_000_000)?;
     let threads = resolve_threads("--threads", args.threads)?;
     check_count("--batch-size", args.batch_size, 1, 1_000_000)?;
@@ -188,12 +204,6 @@ pub(super) fn tune_with(
             args.task_scheduler
         ))
     })?;
-    let mut tasks = Vec::new();
-    for w in &args.workloads {
-        let (spec, weight) = parse_weighted(w)?;
-        let (ws, dag) = parse_workload(&spec)?;
-        tasks.push((ws.canonical(), dag, weight));
-    }
     let opts = TuneOptions {
         trials: args.trials,
         batch_size: args.batch_size.max(1),

@@ -19,14 +19,16 @@
 //! them in; a run allocates only the values it computes and frees each after its last
 //! reader.
 
+pub mod buckets;
 mod exec;
 #[cfg(feature = "tuning")]
 mod tune;
 
+pub use buckets::BucketedModel;
 pub use exec::StepTime;
 pub use tensortune_model::{testing, ImportOptions, Plan};
 #[cfg(feature = "tuning")]
-pub use tune::tune_model;
+pub use tune::{tune_model, tune_plans};
 
 use crate::build::{choose_dag, default_choice_dag, Missing, ReuseError, Source};
 use crate::kernel::Kernel;
@@ -144,6 +146,21 @@ pub fn plan_bytes(bytes: &[u8], opts: &ImportOptions) -> Result<Plan, Error> {
     Ok(tensortune_model::plan(tensortune_model::import(
         bytes, opts,
     )?)?)
+}
+
+/// The plans of a model's bytes: one, or with `buckets` one per bucket (see [`buckets`]).
+pub fn model_plans(
+    bytes: &[u8],
+    opts: &ImportOptions,
+    buckets: Option<&[usize]>,
+) -> Result<Vec<Plan>, Error> {
+    match buckets {
+        None => Ok(vec![plan_bytes(bytes, opts)?]),
+        Some(b) => Ok(buckets::bucket_plans(bytes, opts, b)?
+            .into_iter()
+            .map(|(_, p)| p)
+            .collect()),
+    }
 }
 
 impl Model {
