@@ -1,7 +1,8 @@
 //! Dynamic batch by buckets: a model whose batch dimension is dynamic, planned and compiled
 //! for each bucket, a batch run on the smallest bucket that holds it (padded with rows that
 //! never change the real rows) or in chunks past the largest; `tune-model --buckets` tunes
-//! every bucket's tasks and `run-model --buckets` runs a batch with them.
+//! every bucket's tasks and `run-model --buckets` runs a batch with them. Also: a model run
+//! again, on buffers its earlier runs gave back, gives the same results.
 //!
 //! References: the MLP's output written out by hand (`relu(x · W)`), and for a small CNN the
 //! same network planned at the exact batch, with no padding.
@@ -285,4 +286,25 @@ fn tune_model_and_run_model_take_buckets() {
         .expect("runs");
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("dynamic batch"));
+}
+
+#[test]
+fn runs_on_reused_buffers_give_the_same_results() {
+    let mut exact = ImportOptions::default();
+    exact.input_shapes.insert("x".into(), vec![2, 3, 8, 8]);
+    let opts = LoadOptions {
+        import: exact,
+        ..LoadOptions::default()
+    };
+    let bytes = cnn_bytes();
+    let model = Model::from_bytes(&bytes, &opts).expect("loads");
+    let (a, b) = (random(&[2, 3, 8, 8], 11), random(&[2, 3, 8, 8], 12));
+    let first = model.run(&[a.view()]).expect("runs");
+    let other = model.run(&[b.view()]).expect("runs");
+    let again = model.run(&[a.view()]).expect("runs");
+    assert_eq!(first, again, "a run on pooled buffers");
+    assert_ne!(first, other);
+    // Against a model that has run nothing before.
+    let fresh = Model::from_bytes(&bytes, &opts).expect("loads");
+    assert_eq!(fresh.run(&[b.view()]).expect("runs"), other);
 }

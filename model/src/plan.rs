@@ -87,6 +87,8 @@ struct Group {
     shape: Vec<usize>,
     names: Vec<String>,
     ops: Vec<String>,
+    /// The index of the node that started the group.
+    first: usize,
     /// The last node the group covers: where its step runs.
     last: usize,
 }
@@ -98,6 +100,12 @@ pub fn plan(mut graph: Graph) -> Result<Plan, ModelError> {
     for (i, n) in graph.nodes.iter().enumerate() {
         for v in n.inputs.iter().flatten() {
             consumers[v.index()].push(i);
+        }
+    }
+    let mut producer: Vec<Option<usize>> = vec![None; graph.values.len()];
+    for (i, n) in graph.nodes.iter().enumerate() {
+        for v in &n.outputs {
+            producer[v.index()] = Some(i);
         }
     }
     let mut fused = vec![false; graph.nodes.len()];
@@ -129,7 +137,7 @@ pub fn plan(mut graph: Graph) -> Result<Plan, ModelError> {
         }
         let mut group = start(&node, i, &mut graph)?;
         if group.anchor.as_ref().is_none_or(|a| a.fusable()) {
-            extend(&mut group, &graph, &uses, &consumers, &mut fused)?;
+            extend(&mut group, &graph, &uses, &consumers, &producer, &mut fused)?;
         }
         let (key, dag) = task_of(&group, &node)?;
         let task = *by_key.entry(key.clone()).or_insert_with(|| {
@@ -177,6 +185,7 @@ fn start(node: &Node, at: usize, graph: &mut Graph) -> Result<Group, ModelError>
         shape: graph.value(out).shape.clone(),
         names: vec![node.name.clone()],
         ops: vec![node.op.clone()],
+        first: at,
         last: at,
     };
     if ew::is_elementwise(&node.op) {
@@ -257,18 +266,122 @@ fn operand(
     Ok(Ew::Arg(i))
 }
 
+/// Most elementwise nodes a closed region ([`closed_region`]) may take.
+const MAX_REGION_NODES: usize = 8;
+
+/// The elementwise nodes that consume the group's value when it is read more than once, if
+/// they close into one value: every value they make but the last read only among them, none
+/// a graph output, each of the group's shape, and their other operands made before the group
+/// began (constants, inputs, earlier layers), so that none depends on the group's own result.
+/// `x · clip(x + 3, 0, 6) / 6` after a convolution (HardSwish as exporters spell it) is one:
+/// `x` feeds the `Add` and the `Mul`. A squeeze-excite `x · sigmoid(f(pool(x)))` is not: the
+/// pool is no elementwise node. Nodes in graph order.
+fn closed_region(
+    group: &Group,
+    graph: &Graph,
+    consumers: &[Vec<usize>],
+    producer: &[Option<usize>],
+    fused: &[bool],
+) -> Option<Vec<usize>> {
+    let mut chain = vec![group.out];
+    let mut nodes: Vec<usize> = Vec::new();
+    while nodes.len() < MAX_REGION_NODES {
+        let open: Vec<ValueId> = chain
+            .iter()
+            .copied()
+            .filter(|v| consumers[v.index()].iter().any(|j| !nodes.contains(j)))
+            .collect();
+        if !nodes.is_empty() && open.iter().all(|v| Some(v) == chain.last()) {
+            let inner = &chain[..chain.len() - 1];
+            return (!inner.iter().any(|v| graph.outputs.contains(v))).then_some(nodes);
+        }
+        let j = open
+            .iter()
+            .flat_map(|v| consumers[v.index()].iter().copied())
+            .filter(|j| !nodes.contains(j))
+            .min()?;
+        let next = &graph.nodes[j];
+        let out = next.output().ok()?;
+        let fits = !fused[j]
+            && ew::is_elementwise(&next.op)
+            && next.outputs.len() == 1
+            && graph.value(out).shape == group.shape;
+        let operands_ready = next.inputs.iter().flatten().all(|v| {
+            chain.contains(v)
+                || graph.constant(*v).is_some()
+                || producer[v.index()].is_none_or(|p| p < group.first)
+        });
+        if !fits || !operands_ready {
+            return None;
+        }
+        nodes.push(j);
+        chain.push(out);
+    }
+    None
+}
+
+/// Adds the nodes of a closed region to the group: each node's expression with the values
+/// made inside the group substituted.
+fn fuse_region(
+    group: &mut Group,
+    graph: &Graph,
+    nodes: &[usize],
+    fused: &mut [bool],
+) -> Result<(), ModelError> {
+    let mut made: Vec<(ValueId, Ew)> = vec![(group.out, group.expr.clone())];
+    let mut args = std::mem::take(&mut group.args);
+    for &j in nodes {
+        let next = &graph.nodes[j];
+        let expr = ew::from_node(next, graph, &mut |pos| {
+            let v = next.inputs.get(pos).copied().flatten();
+            match made.iter().find(|(m, _)| Some(*m) == v) {
+                Some((_, e)) => Ok(e.clone()),
+                None => operand(graph, next, pos, &mut args),
+            }
+        });
+        let expr = match expr {
+            Ok(e) => e,
+            Err(e) => {
+                group.args = args;
+                return Err(e);
+            }
+        };
+        let out = next.output()?;
+        made.push((out, expr.clone()));
+        group.expr = expr;
+        group.out = out;
+        group.names.push(next.name.clone());
+        group.ops.push(next.op.clone());
+        group.last = group.last.max(j);
+        fused[j] = true;
+    }
+    group.args = args;
+    Ok(())
+}
+
 /// Adds elementwise consumers to the group while the rule of the module doc allows.
 fn extend(
     group: &mut Group,
     graph: &Graph,
     uses: &[usize],
     consumers: &[Vec<usize>],
+    producer: &[Option<usize>],
     fused: &mut [bool],
 ) -> Result<(), ModelError> {
     loop {
         let cur = group.out;
-        if uses[cur.index()] != 1 || graph.outputs.contains(&cur) {
+        if graph.outputs.contains(&cur) {
             return Ok(());
+        }
+        if uses[cur.index()] != 1 {
+            // Read twice or more: fused only as a closed diamond of elementwise nodes.
+            match closed_region(group, graph, consumers, producer, fused) {
+                Some(nodes) => {
+                    fuse_region(group, graph, &nodes, fused)?;
+                    continue;
+                }
+                None => return Ok(()),
+            }
         }
         // A consumer another group took already (the other operand of a residual `Add`).
         let Some(&j) = consumers[cur.index()].first().filter(|&&j| !fused[j]) else {

@@ -201,3 +201,31 @@ fn a_residual_add_fuses_into_the_second_convolution() {
     let ops: Vec<&str> = p.tasks.iter().map(|t| t.ops.as_str()).collect();
     assert_eq!(ops, vec!["Conv+Relu", "Conv+Add+Relu"]);
 }
+
+#[test]
+fn hardswish_spelled_as_a_diamond_fuses_into_its_convolution() {
+    // x · clip(x + 3, 0, 6) / 6, `x` read twice, as PaddlePaddle and others export HardSwish;
+    // then a squeeze-excite multiply, whose scale depends on the layer itself: not fused.
+    let bytes = ModelBuilder::new(13)
+        .input("x", &[1, 4, 6, 6])
+        .init("w", &[4, 4, 1, 1], vec![0.25; 16])
+        .init("three", &[], vec![3.0])
+        .init("zero", &[], vec![0.0])
+        .init("six", &[], vec![6.0])
+        .node("Conv", &["x", "w"], &["c"], &[])
+        .node("Add", &["c", "three"], &["a"], &[])
+        .node("Clip", &["a", "zero", "six"], &["k"], &[])
+        .node("Mul", &["c", "k"], &["m"], &[])
+        .node("Div", &["m", "six"], &["h"], &[])
+        .node("GlobalAveragePool", &["h"], &["p"], &[])
+        .node("Sigmoid", &["p"], &["s"], &[])
+        .node("Mul", &["h", "s"], &["y"], &[])
+        .output("y")
+        .build();
+    let p = plan(import(&bytes, &ImportOptions::default()).unwrap()).unwrap();
+    let ops: Vec<&str> = p.tasks.iter().map(|t| t.ops.as_str()).collect();
+    assert_eq!(
+        ops,
+        vec!["Conv+Add+Clip+Mul+Div", "GlobalAveragePool+Sigmoid", "Mul"]
+    );
+}

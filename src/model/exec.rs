@@ -35,13 +35,65 @@ pub(super) struct Constants {
 }
 
 fn buffer_of(view: &ArrayViewD<'_, f32>) -> Result<AlignedBuffer, String> {
-    let shape: Vec<i64> = view.shape().iter().map(|&d| d as i64).collect();
-    let mut b = AlignedBuffer::zeros(&shape, DType::F32).map_err(|e| e.to_string())?;
+    copy_into(view, fresh(view.len())?)
+}
+
+/// A new zeroed f32 buffer of `len` elements.
+fn fresh(len: usize) -> Result<AlignedBuffer, String> {
+    AlignedBuffer::zeros(&[len as i64], DType::F32).map_err(|e| e.to_string())
+}
+
+/// `view`'s elements, in row-major order, into `b` (of as many elements).
+fn copy_into(view: &ArrayViewD<'_, f32>, mut b: AlignedBuffer) -> Result<AlignedBuffer, String> {
     let dst = b.as_mut_slice::<f32>().map_err(|e| e.to_string())?;
+    if dst.len() != view.len() {
+        return Err(format!(
+            "{} elements into a buffer of {}",
+            view.len(),
+            dst.len()
+        ));
+    }
     for (d, s) in dst.iter_mut().zip(view.iter()) {
         *d = *s;
     }
     Ok(b)
+}
+
+/// Buffers of earlier runs, reused by later ones: one inference of a model needs the same
+/// sizes every time, and a fresh allocation of a few hundred KiB each step costs its page
+/// faults again (a third of a small CNN's latency before the pool). A kernel writes every
+/// element of its output, so a reused buffer needs no clearing.
+#[derive(Default)]
+pub(super) struct BufferPool {
+    free: std::sync::Mutex<Vec<AlignedBuffer>>,
+}
+
+impl BufferPool {
+    /// Takes every pooled buffer (a concurrent run finds the pool empty and allocates).
+    fn take(&self) -> Vec<AlignedBuffer> {
+        self.free
+            .lock()
+            .map(|mut f| std::mem::take(&mut *f))
+            .unwrap_or_default()
+    }
+
+    /// Gives buffers back.
+    fn give(&self, buffers: Vec<AlignedBuffer>) {
+        if let Ok(mut f) = self.free.lock() {
+            f.extend(buffers);
+        }
+    }
+}
+
+/// An f32 buffer of `len` elements from `free`, or a new one.
+fn alloc(free: &mut Vec<AlignedBuffer>, len: usize) -> Result<AlignedBuffer, String> {
+    match free
+        .iter()
+        .position(|b| b.len() == len && b.dtype() == DType::F32)
+    {
+        Some(i) => Ok(free.swap_remove(i)),
+        None => fresh(len),
+    }
 }
 
 impl Constants {
@@ -139,7 +191,33 @@ pub(super) fn run(
             inputs.len()
         )));
     }
+    let mut free = model.pool.take();
+    let result = run_with(model, inputs, timed, &mut free);
+    model.pool.give(free);
+    result
+}
+
+fn run_with(
+    model: &Model,
+    inputs: &[ArrayViewD<'_, f32>],
+    timed: bool,
+    free: &mut Vec<AlignedBuffer>,
+) -> Result<(Vec<ArrayD<f32>>, Vec<StepTime>), Error> {
+    let g = &model.plan.graph;
     let mut vals: Vec<Option<AlignedBuffer>> = (0..g.values.len()).map(|_| None).collect();
+    let result = steps(model, inputs, timed, free, &mut vals);
+    free.extend(vals.into_iter().flatten());
+    result
+}
+
+fn steps(
+    model: &Model,
+    inputs: &[ArrayViewD<'_, f32>],
+    timed: bool,
+    free: &mut Vec<AlignedBuffer>,
+    vals: &mut [Option<AlignedBuffer>],
+) -> Result<(Vec<ArrayD<f32>>, Vec<StepTime>), Error> {
+    let g = &model.plan.graph;
     for (a, &v) in inputs.iter().zip(&g.inputs) {
         let want = &g.value(v).shape;
         if a.shape() != want.as_slice() {
@@ -149,7 +227,8 @@ pub(super) fn run(
                 a.shape()
             )));
         }
-        vals[v.index()] = Some(buffer_of(a).map_err(Error::Inputs)?);
+        let b = alloc(free, a.len()).map_err(Error::Inputs)?;
+        vals[v.index()] = Some(copy_into(a, b).map_err(Error::Inputs)?);
     }
     let mut times = Vec::new();
     for (at, step) in model.plan.steps.iter().enumerate() {
@@ -161,7 +240,12 @@ pub(super) fn run(
                 operands,
                 output,
             } => {
-                let out = run_kernel(model, &vals, *task, name, operands, *output)?;
+                let len = g.value(*output).shape.iter().product();
+                let out = alloc(free, len).map_err(|reason| Error::Run {
+                    step: name.clone(),
+                    reason,
+                })?;
+                let out = run_kernel(model, vals, *task, name, operands, *output, out)?;
                 vals[output.index()] = Some(out);
                 name
             }
@@ -175,12 +259,12 @@ pub(super) fn run(
                 let views = inputs
                     .iter()
                     .map(|&v| {
-                        view_of(value(&vals, model, v, name)?, &g.value(v).shape).map_err(
-                            |reason| Error::Run {
+                        view_of(value(vals, model, v, name)?, &g.value(v).shape).map_err(|reason| {
+                            Error::Run {
                                 step: name.clone(),
                                 reason,
-                            },
-                        )
+                            }
+                        })
                     })
                     .collect::<Result<Vec<_>, _>>()?;
                 let out_shape = &g.value(*output).shape;
@@ -194,10 +278,13 @@ pub(super) fn run(
                         step: name.clone(),
                         reason: "the layout op did not apply".into(),
                     })?;
-                vals[output.index()] = Some(buffer_of(&a.view()).map_err(|reason| Error::Run {
-                    step: name.clone(),
-                    reason,
-                })?);
+                let b = alloc(free, a.len())
+                    .and_then(|b| copy_into(&a.view(), b))
+                    .map_err(|reason| Error::Run {
+                        step: name.clone(),
+                        reason,
+                    })?;
+                vals[output.index()] = Some(b);
                 name
             }
         };
@@ -214,12 +301,12 @@ pub(super) fn run(
             });
         }
         for v in &model.consts.free_after[at] {
-            vals[v.index()] = None;
+            free.extend(vals[v.index()].take());
         }
     }
     let mut outs = Vec::with_capacity(g.outputs.len());
     for &o in &g.outputs {
-        let b = value(&vals, model, o, "output")?;
+        let b = value(vals, model, o, "output")?;
         let a = view_of(b, &g.value(o).shape).map_err(|reason| Error::Run {
             step: "output".into(),
             reason,
@@ -229,7 +316,7 @@ pub(super) fn run(
     Ok((outs, times))
 }
 
-/// Runs one kernel step into a new buffer of its output's shape.
+/// Runs one kernel step into `out`, a buffer of its output's element count.
 fn run_kernel(
     model: &Model,
     vals: &[Option<AlignedBuffer>],
@@ -237,6 +324,7 @@ fn run_kernel(
     name: &str,
     operands: &[ValueId],
     output: ValueId,
+    mut out: AlignedBuffer,
 ) -> Result<AlignedBuffer, Error> {
     let g = &model.plan.graph;
     let kernel = &model.kernels[task];
@@ -244,8 +332,7 @@ fn run_kernel(
         step: name.to_string(),
         reason,
     };
-    let shape: Vec<i64> = g.value(output).shape.iter().map(|&d| d as i64).collect();
-    let mut out = AlignedBuffer::zeros(&shape, DType::F32).map_err(|e| err(e.to_string()))?;
+    let shape = &g.value(output).shape;
     let params = kernel.params();
     if params.len() != operands.len() + 1 {
         return Err(err(format!(
@@ -278,8 +365,9 @@ fn run_kernel(
     ptrs.push(out.as_mut_ptr());
     // SAFETY: one pointer per parameter, in parameter order, each to a 64-byte aligned f32
     // buffer with exactly the parameter's element count (checked above; the layouts agree
-    // element for element, see the module doc); the output is a fresh buffer no input
-    // aliases, and the inputs are only read.
+    // element for element, see the module doc); the output is a buffer no value of this run
+    // holds (fresh, or freed after its last reader), so no input aliases it, and the inputs
+    // are only read.
     let code = unsafe { kernel.call_raw(&ptrs, &model.rt) };
     kernel.status(code).map_err(|e| err(e.to_string()))?;
     Ok(out)

@@ -124,6 +124,7 @@ pub struct Model {
     tasks: Vec<TaskInfo>,
     consts: exec::Constants,
     rt: Runtime,
+    pool: exec::BufferPool,
 }
 
 impl std::fmt::Debug for Model {
@@ -215,6 +216,7 @@ impl Model {
             tasks,
             consts,
             rt,
+            pool: exec::BufferPool::default(),
         })
     }
 
