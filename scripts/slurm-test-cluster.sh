@@ -51,9 +51,13 @@ case "$cmd" in
     export PATH="$PATH:/usr/sbin"
     mkdir -p "$dir"
     dir="$(cd "$dir" && pwd)"
+    # The munge user must pass through it (mktemp -d makes it 0700).
+    chmod 0711 "$dir"
     # MUNGE insists on a folder owned by the user it runs as, which every user may pass
     # through (slurmd and the job steps reach the socket) but nobody else may write.
     install -d -m 0711 -o munge -g munge "$dir/munge"
+    # From /: the caller's folder may be closed to the munge user.
+    cd /
     runuser -u munge -- mungekey --create --keyfile="$dir/munge/munge.key" >/dev/null 2>&1
     runuser -u munge -- munged --socket="$dir/munge/munge.socket" \
       --key-file="$dir/munge/munge.key" --pid-file="$dir/munge/munged.pid" \
