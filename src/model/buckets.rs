@@ -12,6 +12,7 @@
 use super::{plan_bytes, Error, ImportOptions, LoadOptions, Model, Plan};
 use ndarray::{ArrayD, ArrayViewD, Axis};
 use std::path::Path;
+use tensortune_model::import::DeclaredShape;
 
 /// Parses a list of buckets, `1,2,4,8`: batch sizes of at least 1, returned ascending without
 /// repeats.
@@ -31,16 +32,12 @@ pub fn parse_buckets(text: &str) -> Result<Vec<usize>, String> {
 }
 
 /// Which inputs carry the batch (their first dimension is dynamic in the model), by position.
-fn batched_inputs(bytes: &[u8]) -> Result<Vec<(String, bool)>, Error> {
-    let declared = tensortune_model::import::declared_inputs(bytes)?;
-    let out: Vec<(String, bool)> = declared
-        .into_iter()
-        .map(|(name, shape)| {
-            let batched = matches!(shape.as_deref(), Some([None, ..]));
-            (name, batched)
-        })
+fn batched_inputs(declared: &[(String, DeclaredShape)]) -> Result<Vec<bool>, Error> {
+    let out: Vec<bool> = declared
+        .iter()
+        .map(|(_, shape)| matches!(shape.as_deref(), Some([None, ..])))
         .collect();
-    if !out.iter().any(|(_, b)| *b) {
+    if !out.contains(&true) {
         return Err(Error::Inputs(
             "buckets need a dynamic batch: no input of the model leaves its first dimension \
              dynamic"
@@ -59,36 +56,28 @@ pub fn bucket_options(
     batch: usize,
 ) -> Result<ImportOptions, Error> {
     let declared = tensortune_model::import::declared_inputs(bytes)?;
+    let batched = batched_inputs(&declared)?;
     let mut opts = base.clone();
-    for (name, batched) in batched_inputs(bytes)? {
-        if !batched {
-            continue;
-        }
-        let shape = match base.input_shapes.get(&name) {
+    for ((name, decl), _) in declared.iter().zip(batched).filter(|(_, b)| *b) {
+        let mut shape = match base.input_shapes.get(name) {
             Some(given) => given.clone(),
-            None => {
-                let decl = declared
-                    .iter()
-                    .find(|(n, _)| *n == name)
-                    .and_then(|(_, s)| s.clone())
-                    .unwrap_or_default();
-                decl.iter()
-                    .enumerate()
-                    .map(|(i, d)| if i == 0 { Some(1) } else { *d })
-                    .collect::<Option<Vec<usize>>>()
-                    .ok_or_else(|| {
-                        Error::Inputs(format!(
-                            "input `{name}` has dynamic dimensions besides the batch: fix them \
-                             with --input-shape {name}=..."
-                        ))
-                    })?
-            }
+            None => decl
+                .iter()
+                .flatten()
+                .enumerate()
+                .map(|(i, d)| if i == 0 { Some(batch) } else { *d })
+                .collect::<Option<Vec<usize>>>()
+                .ok_or_else(|| {
+                    Error::Inputs(format!(
+                        "input `{name}` has dynamic dimensions besides the batch: fix them \
+                         with --input-shape {name}=..."
+                    ))
+                })?,
         };
-        let mut shape = shape;
         if let Some(first) = shape.first_mut() {
             *first = batch;
         }
-        opts.input_shapes.insert(name, shape);
+        opts.input_shapes.insert(name.clone(), shape);
     }
     Ok(opts)
 }
@@ -212,7 +201,7 @@ impl BucketedModel {
         if buckets.is_empty() {
             return Err(Error::Inputs("no buckets given".into()));
         }
-        let batched_in = batched_inputs(bytes)?.into_iter().map(|(_, b)| b).collect();
+        let batched_in = batched_inputs(&tensortune_model::import::declared_inputs(bytes)?)?;
         let plans = bucket_plans(bytes, &opts.import, buckets)?;
         let batched_out = batched_outputs(bytes, &opts.import, &plans)?;
         let models = plans
