@@ -6,6 +6,9 @@
 //! `cargo test --release --test build_reuse -- --ignored regenerate` re-tunes the example's
 //! small database on this machine.
 
+#[path = "../examples/common/built_program.rs"]
+mod built_program;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use tensortune::build::{Build, Missing, ReuseOptions, ReuseWarning, Source};
@@ -22,6 +25,38 @@ const EXAMPLE_WORKLOADS: [&str; 3] = [
     "softmax:M=128,N=256",
 ];
 const EXAMPLE_THREADS: usize = 2;
+
+/// The example's model (`examples/build-reuse/mlp.onnx`): `softmax(relu(x·W1)·W2)` with
+/// `x: [4, 32]`, and weights in closed form, so that the example computes the same network
+/// with ndarray: `W1[k][j] = ((7k + 3j) mod 11)/11 - 0.5`, `W2[k][j] = ((5k + j) mod 13)/13
+/// - 0.5`.
+fn example_model_bytes() -> Vec<u8> {
+    let w = |rows: usize, cols: usize, a: usize, b: usize, m: usize| -> Vec<f32> {
+        (0..rows)
+            .flat_map(|k| (0..cols).map(move |j| ((a * k + b * j) % m) as f32 / m as f32 - 0.5))
+            .collect()
+    };
+    tensortune::model::testing::ModelBuilder::new(13)
+        .input("x", &[4, 32])
+        .init("W1", &[32, 64], w(32, 64, 7, 3, 11))
+        .init("W2", &[64, 10], w(64, 10, 5, 1, 13))
+        .node("MatMul", &["x", "W1"], &["h"], &[])
+        .node("Relu", &["h"], &["r"], &[])
+        .node("MatMul", &["r", "W2"], &["z"], &[])
+        .node("Softmax", &["z"], &["y"], &[])
+        .output("y")
+        .build()
+}
+
+#[test]
+fn the_example_model_is_the_one_its_program_checks() {
+    let committed = std::fs::read(example_dir().join("mlp.onnx")).expect("mlp.onnx");
+    assert!(
+        committed == example_model_bytes(),
+        "examples/build-reuse/mlp.onnx differs from example_model_bytes(): run the ignored \
+         regenerate test"
+    );
+}
 
 fn example_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/build-reuse")
@@ -291,20 +326,6 @@ int main(void) {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Symbols of the LLVM libraries in `nm` output: its C API (`LLVM...`) and its C++ namespace
-/// (`_ZN4llvm...`). Rust's own local symbols carry `.llvm.NNN` suffixes from ThinLTO; those
-/// are not LLVM code.
-fn llvm_symbols(nm: &str) -> Vec<String> {
-    nm.lines()
-        .filter_map(|l| l.split_whitespace().last())
-        .filter(|s| {
-            s.starts_with("LLVM") || s.starts_with("_ZN4llvm") || s.starts_with("_ZNK4llvm")
-        })
-        .take(5)
-        .map(str::to_string)
-        .collect()
-}
-
 /// The target directory this test binary was built in (`<target>/release/deps/this`).
 fn target_dir() -> Option<PathBuf> {
     if let Some(d) = std::env::var_os("CARGO_TARGET_DIR") {
@@ -346,27 +367,12 @@ fn the_example_builds_runs_and_links_no_llvm() {
     );
     assert!(stdout.contains("all results match ndarray"), "{stdout}");
     assert!(stdout.contains("refused as expected"), "{stdout}");
+    assert!(stdout.contains("mlp.onnx (whole network): "), "{stdout}");
 
-    let size = std::fs::metadata(&exe).expect("binary").len();
     // This test binary links tensortune, and so LLVM: the example must be far smaller.
-    let with_llvm = std::env::current_exe()
-        .and_then(std::fs::metadata)
-        .map(|m| m.len())
-        .expect("test binary");
-    eprintln!("example binary: {size} bytes; a binary linking LLVM: {with_llvm} bytes");
-    assert!(size * 10 < with_llvm, "{size} vs {with_llvm}");
-    match Command::new("nm").arg(&exe).output() {
-        Ok(nm) if nm.status.success() => {
-            let syms = String::from_utf8_lossy(&nm.stdout);
-            let llvm = llvm_symbols(&syms);
-            assert!(llvm.is_empty(), "LLVM symbols in the example: {llvm:?}");
-            assert!(
-                syms.contains("tt_matmul_k256_m256_n256"),
-                "kernel symbol missing"
-            );
-        }
-        _ => eprintln!("nm not available: symbol check skipped"),
-    }
+    let said = built_program::check_no_llvm(&exe, "tt_matmul_k256_m256_n256")
+        .unwrap_or_else(|e| panic!("the example: {e}"));
+    eprintln!("example {said}");
 }
 
 const RUST_MAIN: &str = r#"
@@ -394,7 +400,6 @@ fn main() {
 /// product, refuses a short slice, and contains no LLVM.
 #[test]
 fn generated_module_links_without_llvm() {
-    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
     let dir = temp_dir("rustc");
     let built = Build::new(example_dir().join("records.db"))
         .workload("matmul:M=256,N=256,K=256")
@@ -404,22 +409,8 @@ fn generated_module_links_without_llvm() {
         .write()
         .expect("build");
     std::fs::write(dir.join("main.rs"), RUST_MAIN).expect("write");
-    let exe = dir.join("prog");
-    let out = Command::new(&rustc)
-        .args(["--edition", "2021", "-O", "-o"])
-        .arg(&exe)
-        .arg(dir.join("main.rs"))
-        .arg("-L")
-        .arg(&dir)
-        .args(["-l", &format!("static={}", built.lib_name), "-l", "m"])
-        .env("OUT_DIR", &dir)
-        .output()
-        .expect("rustc runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let exe = built_program::compile_main(&dir, &dir.join("main.rs"), &built.lib_name)
+        .unwrap_or_else(|e| panic!("rustc: {e}"));
     let run = Command::new(&exe).output().expect("program runs");
     let stdout = String::from_utf8_lossy(&run.stdout);
     assert!(
@@ -431,30 +422,27 @@ fn generated_module_links_without_llvm() {
         stdout.starts_with(&format!("ok {EXAMPLE_THREADS} ")),
         "{stdout}"
     );
-    let size = std::fs::metadata(&exe).expect("binary").len();
-    let with_llvm = std::env::current_exe()
-        .and_then(std::fs::metadata)
-        .map(|m| m.len())
-        .expect("test binary");
-    eprintln!("program: {size} bytes; this test binary, which links LLVM: {with_llvm} bytes");
-    assert!(size * 10 < with_llvm, "{size} vs {with_llvm}");
-    if let Ok(nm) = Command::new("nm").arg(&exe).output() {
-        let syms = String::from_utf8_lossy(&nm.stdout);
-        assert!(
-            syms.contains("tt_matmul_k256_m256_n256"),
-            "kernel symbol missing"
-        );
-        let llvm = llvm_symbols(&syms);
-        assert!(llvm.is_empty(), "LLVM symbols: {llvm:?}");
-    }
+    let said = built_program::check_no_llvm(&exe, "tt_matmul_k256_m256_n256")
+        .unwrap_or_else(|e| panic!("{e}"));
+    eprintln!("{said}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Re-tunes the example's database on this machine (a few seconds per workload).
+/// Rewrites the example's model from [`example_model_bytes`].
+#[test]
+#[ignore = "rewrites examples/build-reuse/mlp.onnx"]
+fn regenerate_example_model() {
+    std::fs::write(example_dir().join("mlp.onnx"), example_model_bytes()).expect("write");
+}
+
+/// Re-tunes the example's database on this machine (a few seconds per workload), its model's
+/// tasks included.
 #[test]
 #[ignore = "rewrites examples/build-reuse/records.db"]
 fn regenerate_example_records() {
     let path = example_dir().join("records.db");
+    let model = example_dir().join("mlp.onnx");
+    std::fs::write(&model, example_model_bytes()).expect("write mlp.onnx");
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
     }
@@ -472,6 +460,16 @@ fn regenerate_example_records() {
         let r = tensortune::tune(&spec, &Target::host(EXAMPLE_THREADS), &opts).expect("tune");
         eprintln!("{w}: {:.1} GFLOP/s", r.best_gflops.unwrap_or(0.0));
     }
+    let plan = tensortune::model::plan_file(&model, &Default::default()).expect("plan");
+    let opts = TuneOptions {
+        trials: 8 * plan.tasks.len(),
+        batch_size: 8,
+        remeasure_top: 0,
+        db: Some(path.clone()),
+        quiet: true,
+        ..Default::default()
+    };
+    tensortune::model::tune_model(&plan, &Target::host(EXAMPLE_THREADS), &opts).expect("tune");
     // Readers of a database in WAL mode leave -wal/-shm files beside it; a committed file is
     // only read, so switch it to a rollback journal where the sqlite3 tool is installed.
     let _ = Command::new("sqlite3")

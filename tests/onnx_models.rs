@@ -8,43 +8,18 @@
 //! onnxruntime (or the wheel, for the real model), each test says what is missing and passes:
 //! `scripts/setup.sh --for-tests` installs them.
 
-use std::path::{Path, PathBuf};
+#[path = "onnx/common.rs"]
+mod common;
+
+use common::{npy, script, skip_without_onnx, worst};
+use std::path::Path;
 use std::process::Command;
 use tensortune::model::{tune_model, LoadOptions, Model};
-use tensortune::ndarray::ArrayD;
 use tensortune::{Target, TuneOptions};
-
-fn python_has_onnx() -> bool {
-    Command::new("python3")
-        .args(["-c", "import onnx, onnxruntime, numpy"])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false)
-}
-
-fn script(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/onnx")
-        .join(name)
-}
-
-fn npy(path: &Path) -> ArrayD<f32> {
-    tensortune::npy::read::<f32>(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-/// The largest `|got - want| / (atol + rtol·|want|)`: at most 1 is within tolerance.
-fn worst(got: &ArrayD<f32>, want: &ArrayD<f32>, atol: f32, rtol: f32) -> f32 {
-    assert_eq!(got.shape(), want.shape());
-    got.iter()
-        .zip(want.iter())
-        .map(|(g, w)| (g - w).abs() / (atol + rtol * w.abs()))
-        .fold(0.0, f32::max)
-}
 
 #[test]
 fn small_models_match_onnx_runtime() {
-    if !python_has_onnx() {
-        eprintln!("skipped: python3 with onnx, onnxruntime and numpy is needed (scripts/setup.sh --for-tests)");
+    if skip_without_onnx() {
         return;
     }
     let dir = tempfile::tempdir().expect("a temporary folder");
@@ -54,7 +29,7 @@ fn small_models_match_onnx_runtime() {
         .status()
         .expect("python3 runs");
     assert!(status.success(), "fixtures.py failed");
-    for name in ["mlp", "resnet_block", "depthwise_separable"] {
+    for name in ["mlp", "resnet_block", "depthwise_separable", "layout_mix"] {
         let model = Model::load(
             dir.path().join(format!("{name}.onnx")),
             &LoadOptions::default(),
@@ -80,8 +55,7 @@ fn small_models_match_onnx_runtime() {
 #[test]
 fn a_real_cnn_tuned_briefly_matches_onnx_runtime() {
     let wheels = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-data");
-    if !python_has_onnx() {
-        eprintln!("skipped: python3 with onnx, onnxruntime and numpy is needed (scripts/setup.sh --for-tests)");
+    if skip_without_onnx() {
         return;
     }
     let dir = tempfile::tempdir().expect("a temporary folder");

@@ -1,5 +1,6 @@
 //! Compiles the best records of `records.db` for this CPU, two threads, into a static library
-//! and the module `tuned` (see src/main.rs).
+//! and the module `tuned` (see src/main.rs): three kernels, and the whole network of
+//! `mlp.onnx` as `tuned::mlp`.
 //!
 //! The records were tuned on one machine; on a CPU they were not tuned for the database has
 //! no records for the host's target key, and the build falls back to the default schedules
@@ -20,6 +21,7 @@ const WORKLOADS: [&str; 3] = [
 fn main() {
     let build = Build::new("records.db")
         .workloads(WORKLOADS)
+        .model("mlp.onnx")
         .threads(2)
         .ndarray(true);
     let result = match build.clone().compile() {

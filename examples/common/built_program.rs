@@ -74,15 +74,22 @@ pub fn build_program(
     };
     let main = dir.join("main.rs");
     std::fs::write(&main, main_rs.replace("KERNEL", name)).map_err(|e| text(&e))?;
+    compile_main(dir, &main, &built.lib_name)
+}
+
+/// Compiles the program `main` (which includes `tuned.rs` from `dir`) with `rustc` alone
+/// against the static library `lib_name` in `dir`; the path of the program, `dir/prog`.
+#[allow(dead_code)]
+pub fn compile_main(dir: &Path, main: &Path, lib_name: &str) -> Result<PathBuf, String> {
     let exe = dir.join("prog");
     let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
     let out = Command::new(rustc)
         .args(["--edition", "2021", "-O", "-o"])
         .arg(&exe)
-        .arg(&main)
+        .arg(main)
         .arg("-L")
         .arg(dir)
-        .args(["-l", &format!("static={}", built.lib_name), "-l", "m"])
+        .args(["-l", &format!("static={lib_name}"), "-l", "m"])
         .env("OUT_DIR", dir)
         .output()
         .map_err(|e| format!("rustc: {e}"))?;
@@ -90,4 +97,49 @@ pub fn build_program(
         return Err(String::from_utf8_lossy(&out.stderr).into_owned());
     }
     Ok(exe)
+}
+
+/// Symbols of the LLVM libraries in `nm` output: its C API (`LLVM...`) and its C++ namespace
+/// (`_ZN4llvm...`). Rust's own local symbols carry `.llvm.NNN` suffixes from ThinLTO; those
+/// are not LLVM code.
+#[allow(dead_code)]
+pub fn llvm_symbols(nm: &str) -> Vec<String> {
+    nm.lines()
+        .filter_map(|l| l.split_whitespace().last())
+        .filter(|s| {
+            s.starts_with("LLVM") || s.starts_with("_ZN4llvm") || s.starts_with("_ZNK4llvm")
+        })
+        .take(5)
+        .map(str::to_string)
+        .collect()
+}
+
+/// Checks that the program `exe` links no LLVM: it is a tenth of the size of the running
+/// binary (which, as a test or example of tensortune, links LLVM), has no LLVM symbol, and
+/// has `symbol` (where `nm` is installed). What it found, for a person.
+#[allow(dead_code)]
+pub fn check_no_llvm(exe: &Path, symbol: &str) -> Result<String, String> {
+    let size = std::fs::metadata(exe).map_err(|e| e.to_string())?.len();
+    let with_llvm = std::env::current_exe()
+        .and_then(std::fs::metadata)
+        .map_err(|e| e.to_string())?
+        .len();
+    let said = format!("program: {size} bytes; a binary linking LLVM: {with_llvm} bytes");
+    if size * 10 >= with_llvm {
+        return Err(said);
+    }
+    match Command::new("nm").arg(exe).output() {
+        Ok(nm) if nm.status.success() => {
+            let syms = String::from_utf8_lossy(&nm.stdout);
+            let llvm = llvm_symbols(&syms);
+            if !llvm.is_empty() {
+                return Err(format!("LLVM symbols in the program: {llvm:?}"));
+            }
+            if !syms.contains(symbol) {
+                return Err(format!("no symbol `{symbol}` in the program"));
+            }
+            Ok(said)
+        }
+        _ => Ok(format!("{said} (nm not available: symbols not checked)")),
+    }
 }

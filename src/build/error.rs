@@ -82,6 +82,16 @@ pub enum ReuseError {
     /// The backend failed on a chosen program.
     #[error("codegen: {0}")]
     Codegen(#[from] CodegenError),
+    /// A model given to the build could not be read, imported or laid out.
+    #[error("model {}: {reason}", path.display())]
+    Model {
+        /// The model file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+        /// Whether the model (rather than something inside) is at fault.
+        user: bool,
+    },
     /// Writing an output file failed.
     #[error("{}: {message}", path.display())]
     Io {
@@ -104,6 +114,7 @@ impl ReuseError {
             | ReuseError::Target { .. }
             | ReuseError::DuplicateName { .. }
             | ReuseError::Io { .. } => true,
+            ReuseError::Model { user, .. } => *user,
             ReuseError::Lower { .. } | ReuseError::Codegen(_) => false,
         }
     }

@@ -9,6 +9,8 @@
 //!   the stated target, emits it as an object file through LLVM, packs the objects into one
 //!   static library, and writes a Rust module of safe wrappers to `OUT_DIR`. The program
 //!   includes that module and links the library; it contains no LLVM and no tensortune.
+//!   [`Build::model`] adds a whole ONNX network the same way: its tuned layers, its weights
+//!   and `tuned::NAME::run(inputs) -> outputs` (see [`model`]).
 //!
 //! ```text
 //! // build.rs
@@ -47,6 +49,7 @@ mod archive;
 mod choose;
 mod error;
 pub mod header;
+pub mod model;
 pub mod rust_module;
 
 #[cfg(test)]
@@ -59,6 +62,7 @@ pub use choose::{
     choose, choose_dag, default_choice_dag, Choice, Missing, ReuseOptions, ReuseWarning, Source,
 };
 pub use error::ReuseError;
+pub use model::ModelSource;
 
 use crate::codegen::llvm::emit_object;
 use crate::codegen::{CodegenOptions, HostTarget};
@@ -187,6 +191,9 @@ pub struct Built {
     pub target: String,
     /// Per kernel: Rust function name, workload key, and where its program came from.
     pub kernels: Vec<(String, String, Source)>,
+    /// Per model: its submodule's name, and per task its key and where its program came
+    /// from.
+    pub models: Vec<(String, Vec<(String, Source)>)>,
     /// Everything skipped or fallen back on.
     pub warnings: Vec<ReuseWarning>,
 }
@@ -196,6 +203,7 @@ pub struct Built {
 pub struct Build {
     db: PathBuf,
     workloads: Vec<String>,
+    models: Vec<ModelSource>,
     target: Option<String>,
     threads: usize,
     missing: Missing,
@@ -212,6 +220,7 @@ impl Build {
         Build {
             db: db.into(),
             workloads: Vec::new(),
+            models: Vec::new(),
             target: None,
             threads: 1,
             missing: Missing::Error,
@@ -231,6 +240,20 @@ impl Build {
     /// Adds workload specs.
     pub fn workloads<S: Into<String>>(mut self, specs: impl IntoIterator<Item = S>) -> Build {
         self.workloads.extend(specs.into_iter().map(Into::into));
+        self
+    }
+
+    /// Adds a whole ONNX model (its file, relative to the current directory), as the
+    /// submodule named after the file: `cls.onnx` gives `tuned::cls::run(&[&x])`. Each of its
+    /// layers runs its best record (see [`model`]); its weights go into the binary.
+    pub fn model(mut self, path: impl Into<PathBuf>) -> Build {
+        self.models.push(ModelSource::new(path));
+        self
+    }
+
+    /// Adds a whole ONNX model with a name or input shapes of its own (see [`ModelSource`]).
+    pub fn model_source(mut self, source: ModelSource) -> Build {
+        self.models.push(source);
         self
     }
 
@@ -304,6 +327,9 @@ impl Build {
             }
         }
         println!("cargo:rerun-if-changed={}", self.db.display());
+        for m in &self.models {
+            println!("cargo:rerun-if-changed={}", m.path.display());
+        }
         let wal = PathBuf::from(format!("{}-wal", self.db.display()));
         if wal.exists() {
             // Writes of a tuning run sit in the WAL until a checkpoint moves them in.
@@ -326,7 +352,7 @@ impl Build {
 
     /// Writes the library and module without printing anything.
     pub fn write(&self) -> Result<Built, ReuseError> {
-        let out_dir = match &self.out_dir {
+        let mut out_dir = match &self.out_dir {
             Some(d) => d.clone(),
             None => std::env::var_os("OUT_DIR")
                 .map(PathBuf::from)
@@ -385,6 +411,52 @@ impl Build {
             kernels.push((spec.ident(), spec.canonical(), c.source));
             warnings.extend(c.warnings);
         }
+        let mut models = Vec::new();
+        let mut model_texts = Vec::new();
+        if !self.models.is_empty() {
+            // The module includes each model's weights by absolute path: `include_bytes!`
+            // in a file pulled in by `include!` would otherwise resolve against the includer.
+            std::fs::create_dir_all(&out_dir)
+                .and_then(|()| out_dir.canonicalize())
+                .map(|d| out_dir = d)
+                .map_err(|e| ReuseError::Io {
+                    path: out_dir.clone(),
+                    message: e.to_string(),
+                })?;
+        }
+        for m in &self.models {
+            let taken = specs.iter().any(|s| s.ident() == m.name)
+                || models.iter().any(|(n, _)| n == &m.name)
+                || RESERVED_NAMES.contains(&m.name.as_str());
+            if !is_identifier(&m.name) || taken {
+                return Err(ReuseError::Model {
+                    path: m.path.clone(),
+                    reason: format!(
+                        "`{}` cannot name its submodule (not an identifier, or taken); name it \
+                         with ModelSource::name",
+                        m.name
+                    ),
+                    user: true,
+                });
+            }
+            let c = model::compile_model(
+                m,
+                &model::ModelBuildCtx {
+                    db: &db,
+                    module: &self.module,
+                    target_key: &key,
+                    missing: self.missing,
+                    codegen: &self.codegen,
+                    out_dir: &out_dir,
+                    ndarray: self.ndarray,
+                    index: models.len(),
+                },
+            )?;
+            members.extend(c.members);
+            warnings.extend(c.warnings);
+            models.push((m.name.clone(), c.tasks));
+            model_texts.push((c.ffi, c.module));
+        }
         let lib_name = format!("tensortune_{}", self.module);
         let lib = out_dir.join(format!("lib{lib_name}.a"));
         let bytes = write_archive(&members).map_err(|message| ReuseError::Io {
@@ -401,6 +473,7 @@ impl Build {
                 ndarray: self.ndarray,
             },
             &descs,
+            &model_texts,
         );
         let module = out_dir.join(format!("{}.rs", self.module));
         write_file(&module, text.as_bytes())?;
@@ -410,10 +483,23 @@ impl Build {
             module,
             target: key,
             kernels,
+            models,
             warnings,
         })
     }
 }
+
+/// Names of the generated module's own items, which a model's submodule may not take.
+const RESERVED_NAMES: [&str; 8] = [
+    "ffi",
+    "model",
+    "runtime",
+    "pool",
+    "threads",
+    "set_threads",
+    "gather",
+    "status",
+];
 
 fn is_identifier(s: &str) -> bool {
     let mut c = s.chars();

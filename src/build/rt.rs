@@ -242,6 +242,22 @@ pub enum Error {
         /// The shape it has.
         got: Vec<usize>,
     },
+    /// A model was given the wrong number of inputs.
+    Inputs {
+        /// The model.
+        model: &'static str,
+        /// Inputs it takes.
+        expected: usize,
+        /// Inputs it was given.
+        got: usize,
+    },
+    /// A model's tables do not fit its buffers (a corrupted or hand-edited module).
+    Model {
+        /// The model.
+        model: &'static str,
+        /// What does not fit.
+        reason: String,
+    },
     /// The kernel returned a failure status (1: out of memory for a temporary, 2: the
     /// parallel runtime failed).
     Kernel {
@@ -273,6 +289,12 @@ impl std::fmt::Display for Error {
                 f,
                 "{kernel}: `{param}` must have shape {expected:?}, got {got:?}"
             ),
+            Error::Inputs {
+                model,
+                expected,
+                got,
+            } => write!(f, "{model}: takes {expected} inputs, got {got}"),
+            Error::Model { model, reason } => write!(f, "{model}: {reason}"),
             Error::Kernel { kernel, status: 1 } => {
                 write!(f, "{kernel}: out of memory for a temporary")
             }

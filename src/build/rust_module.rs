@@ -74,26 +74,32 @@ fn arg_names(params: &[ParamSpec]) -> Vec<String> {
     ];
     let mut names: Vec<String> = Vec::new();
     for p in params {
-        let mut n: String = p
-            .name
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() {
-                    c.to_ascii_lowercase()
-                } else {
-                    '_'
-                }
-            })
-            .collect();
-        if n.is_empty() || n.starts_with(|c: char| c.is_ascii_digit()) {
-            n.insert(0, 'p');
-        }
+        let mut n = identifier(&p.name, 'p');
         while RESERVED.contains(&n.as_str()) || names.contains(&n) {
             n.push('_');
         }
         names.push(n);
     }
     names
+}
+
+/// `text` made a lower-case Rust identifier: other characters become `_`, and `lead` goes
+/// before a leading digit (or stands alone for an empty text).
+pub(crate) fn identifier(text: &str, lead: char) -> String {
+    let mut n: String = text
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if n.is_empty() || n.starts_with(|c: char| c.is_ascii_digit()) {
+        n.insert(0, lead);
+    }
+    n
 }
 
 fn shape_text(shape: &[i64]) -> String {
@@ -105,8 +111,9 @@ fn len_of(shape: &[i64]) -> i64 {
     shape.iter().product()
 }
 
-/// The text of the module.
-pub fn generate(desc: &ModuleDesc, kernels: &[KernelDesc]) -> String {
+/// The text of the module: its kernels' wrappers and, per model, its `extern` declarations
+/// and its submodule (see [`super::model`]).
+pub fn generate(desc: &ModuleDesc, kernels: &[KernelDesc], models: &[(String, String)]) -> String {
     let mut s = String::new();
     // `write!` into a String cannot fail.
     let _ = writeln!(
@@ -136,6 +143,10 @@ pub fn generate(desc: &ModuleDesc, kernels: &[KernelDesc]) -> String {
     let _ = writeln!(s, "/// The target key whose records were compiled.");
     let _ = writeln!(s, "pub const TARGET: &str = {:?};", desc.target);
     s.push_str(RUNTIME_SOURCE);
+    if !models.is_empty() {
+        s.push('\n');
+        s.push_str(super::model::MODEL_RUNTIME_SOURCE);
+    }
     s.push_str(
         "\n/// One kernel of the module: its workload and the program it was compiled from.\n\
          #[derive(Clone, Copy, Debug)]\n\
@@ -175,7 +186,13 @@ pub fn generate(desc: &ModuleDesc, kernels: &[KernelDesc]) -> String {
             args.join(", ")
         );
     }
+    for (ffi, _) in models {
+        s.push_str(ffi);
+    }
     let _ = writeln!(s, "    }}\n}}\n");
+    for (_, module) in models {
+        s.push_str(module);
+    }
     for k in kernels {
         slice_wrapper(&mut s, k);
         if desc.ndarray {

@@ -104,6 +104,40 @@ def depthwise_separable():
     return nodes, inits, [1, c, 20, 24]
 
 
+def layout_mix():
+    """Layout ops between convolutions: Transpose, Pad (constant, non-zero), Slice, Resize
+    (nearest), Concat, Reshape, Flatten: what a generated module runs as gathers and joins."""
+    c = 4
+    inits = [const("lm_w1", [c, c, 3, 3], 0.3), const("lm_w2", [2 * c, 2 * c, 1, 1], 0.3), const("lm_fc", [2 * c * 4 * 8, 3], 0.1)]
+    ints = lambda name, v: numpy_helper.from_array(np.array(v, np.int64), name)
+    inits += [
+        ints("pads", [0, 0, 1, 0, 0, 0, 3, 2]),
+        numpy_helper.from_array(np.array(0.5, np.float32), "padv"),
+        ints("starts", [1, 0]),
+        ints("ends", [5, 8]),
+        ints("axes", [2, 3]),
+        numpy_helper.from_array(np.array([1.0, 1.0, 2.0, 2.0], np.float32), "scales"),
+        ints("shape", [1, -1]),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "lm_w1"], ["a"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["a"], ["ar"]),
+        # [1, 4, 3, 4] -> [1, 4, 4, 3] -> pad -> [1, 4, 8, 5] -> back: a transpose pair around a pad.
+        helper.make_node("Transpose", ["ar"], ["t"], perm=[0, 1, 3, 2]),
+        helper.make_node("Pad", ["t", "pads", "padv"], ["p"], mode="constant"),
+        helper.make_node("Transpose", ["p"], ["pt"], perm=[0, 1, 3, 2]),
+        helper.make_node("Slice", ["pt", "starts", "ends", "axes"], ["s"]),
+        helper.make_node("Resize", ["x", "", "scales"], ["rz"], mode="nearest"),
+        helper.make_node("Slice", ["rz", "starts", "ends", "axes"], ["rs"]),
+        helper.make_node("Concat", ["s", "rs"], ["cat"], axis=1),
+        helper.make_node("Conv", ["cat", "lm_w2"], ["b"]),
+        helper.make_node("Sigmoid", ["b"], ["bs"]),
+        helper.make_node("Reshape", ["bs", "shape"], ["f"]),
+        helper.make_node("MatMul", ["f", "lm_fc"], ["y"]),
+    ]
+    return nodes, inits, [1, c, 3, 4]
+
+
 def save(out: Path, name, nodes, inits, shape):
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
@@ -125,10 +159,10 @@ def save(out: Path, name, nodes, inits, shape):
 def main():
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
-    for name, build in [("mlp", mlp), ("resnet_block", resnet_block), ("depthwise_separable", depthwise_separable)]:
+    for name, build in [("mlp", mlp), ("resnet_block", resnet_block), ("depthwise_separable", depthwise_separable), ("layout_mix", layout_mix)]:
         nodes, inits, shape = build()
         save(out, name, nodes, inits, shape)
-    print("fixtures: wrote mlp, resnet_block, depthwise_separable")
+    print("fixtures: wrote mlp, resnet_block, depthwise_separable, layout_mix")
 
 
 if __name__ == "__main__":

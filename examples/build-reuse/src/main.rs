@@ -1,5 +1,5 @@
-//! Runs three tuned kernels compiled at build time (see build.rs) and checks each against
-//! ndarray. The binary links no LLVM and no tensortune: only the kernels' machine code and the
+//! Runs three tuned kernels and a whole ONNX network compiled at build time (see build.rs)
+//! and checks each against ndarray. The binary links no LLVM and no tensortune: only the kernels' machine code and the
 //! small runtime of the generated module.
 
 include!(concat!(env!("OUT_DIR"), "/tuned.rs"));
@@ -28,6 +28,17 @@ fn rel_err(got: &Array2<f32>, want: &Array2<f32>) -> f32 {
         .zip(want.iter())
         .fold(0.0f32, |m, (g, w)| m.max((g - w).abs()))
         / scale
+}
+
+/// Each row of `x` through a softmax.
+fn softmax_rows(mut x: Array2<f32>) -> Array2<f32> {
+    for mut row in x.rows_mut() {
+        let m = row.fold(f32::MIN, |m, &v| m.max(v));
+        row.mapv_inplace(|v| (v - m).exp());
+        let s = row.sum();
+        row /= s;
+    }
+    x
 }
 
 fn check(name: &str, got: &Array2<f32>, want: &Array2<f32>) -> bool {
@@ -103,15 +114,33 @@ fn main() -> ExitCode {
 
     // softmax over rows.
     let xs = random(128, 256, 6) * 4.0;
-    let mut want = xs.clone();
-    for mut row in want.rows_mut() {
-        let m = row.fold(f32::MIN, |m, &v| m.max(v));
-        row.mapv_inplace(|v| (v - m).exp());
-        let s = row.sum();
-        row /= s;
-    }
+    let want = softmax_rows(xs.clone());
     match tuned::softmax_m128_n256_nd(xs.view()) {
         Ok(got) => ok &= check("softmax (ndarray)", &got, &want),
+        Err(e) => {
+            eprintln!("{e}");
+            ok = false;
+        }
+    }
+
+    // The whole network of mlp.onnx: softmax(relu(x·W1)·W2), its weights in closed form (see
+    // `example_model_bytes` in the repository's tests/build_reuse.rs).
+    let w = |rows: usize, cols: usize, a: usize, b: usize, m: usize| {
+        Array2::from_shape_fn((rows, cols), |(k, j)| {
+            ((a * k + b * j) % m) as f32 / m as f32 - 0.5
+        })
+    };
+    let x = random(4, 32, 7);
+    let z = x.dot(&w(32, 64, 7, 3, 11)).mapv(|v| v.max(0.0)).dot(&w(64, 10, 5, 1, 13));
+    let want = softmax_rows(z);
+    for t in tuned::mlp::tasks() {
+        println!("  mlp task {} ({}) <- {}", t.key, t.ops, t.source);
+    }
+    match tuned::mlp::run_nd(&[x.view().into_dyn()]) {
+        Ok(outs) => match outs.into_iter().next().map(|y| y.into_dimensionality()) {
+            Some(Ok(got)) => ok &= check("mlp.onnx (whole network)", &got, &want),
+            _ => ok = false,
+        },
         Err(e) => {
             eprintln!("{e}");
             ok = false;
