@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The floor benchmark of docs/onnx.md: a real CNN (PP-OCR's text-direction classifier from the
 # rapidocr-onnxruntime wheel) tuned on one core with at most TRIALS_PER_TASK trials per task,
-# then its end-to-end latency beside ONNX Runtime's with intra_op_num_threads=1, measured in
-# the same script on the same core (`taskset -c CORE`).
+# then its end-to-end latency (run by `run-model`, and built into a program by `Build::model`)
+# beside ONNX Runtime's with intra_op_num_threads=1, measured in the same script on the same
+# core (`taskset -c CORE`).
 #   bash benches/onnx_floor.sh [TRIALS_PER_TASK=64] [CORE=1] [DB=target/onnx-floor/cls.db]
 # Import, tune (resumable: run it again on the same DB), run: one command. Needs what
 # `scripts/setup.sh --for-tests` installs (onnxruntime, the wheel in target/test-data).
@@ -24,6 +25,10 @@ taskset -c "$core" "$bin" tune-model "$dir/cls.onnx" --db "$db" --trials $((task
 echo "--- tensortune (records of $db), one thread"
 taskset -c "$core" "$bin" run-model "$dir/cls.onnx" --db "$db" --inputs "$dir/cls.input.npy" \
   --output "$dir/cls.tensortune.npy" --repeat 50
+echo "--- tensortune, the same records built into a program (Build::model, no LLVM), one thread"
+cargo build --release --quiet --example model_build
+taskset -c "$core" target/release/examples/model_build --model "$dir/cls.onnx" --db "$db" \
+  --input-shape "$shape" --inputs "$dir/cls.input.npy" --repeat 50 --out "$dir/built" | sed -n 1,2p
 echo "--- ONNX Runtime, intra_op_num_threads=1"
 taskset -c "$core" python3 - "$dir" <<'PY'
 import sys, time

@@ -81,6 +81,10 @@ pub fn build_program(
 /// against the static library `lib_name` in `dir`; the path of the program, `dir/prog`.
 #[allow(dead_code)]
 pub fn compile_main(dir: &Path, main: &Path, lib_name: &str) -> Result<PathBuf, String> {
+    // `include!` resolves a relative OUT_DIR against the source file's folder.
+    let dir = &dir
+        .canonicalize()
+        .map_err(|e| format!("{}: {e}", dir.display()))?;
     let exe = dir.join("prog");
     let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
     let out = Command::new(rustc)

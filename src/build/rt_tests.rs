@@ -78,6 +78,46 @@ fn alloc_is_aligned() {
 }
 
 #[test]
+fn a_small_freed_block_is_reused_by_the_same_thread() {
+    let t = runtime();
+    // SAFETY: the table's own functions, used as the ABI says; blocks are written within
+    // their sizes only.
+    unsafe {
+        let a = ((*t).alloc)(t, 512);
+        (a as *mut u8).write_bytes(7, 512);
+        ((*t).free)(t, a);
+        let b = ((*t).alloc)(t, 512);
+        assert_eq!(a, b, "the same block again");
+        assert_eq!(b as usize % 64, 0);
+        // Another size is another block; a large block is not kept.
+        let c = ((*t).alloc)(t, 4096);
+        assert_ne!(b, c);
+        let big = ((*t).alloc)(t, 4 << 20);
+        assert!(!big.is_null());
+        ((*t).free)(t, big);
+        // More frees than the thread keeps: the rest go back to the allocator.
+        let many: Vec<_> = (0..40).map(|_| ((*t).alloc)(t, 256)).collect();
+        for p in many {
+            assert!(!p.is_null());
+            ((*t).free)(t, p);
+        }
+        ((*t).free)(t, b);
+        ((*t).free)(t, c);
+    }
+    // Blocks freed on a thread that ends are given back with it.
+    std::thread::spawn(|| {
+        let t = runtime();
+        // SAFETY: as above.
+        unsafe {
+            let p = ((*t).alloc)(t, 1024);
+            ((*t).free)(t, p);
+        }
+    })
+    .join()
+    .expect("the thread ends");
+}
+
+#[test]
 fn staging_copies_only_unaligned_slices() {
     let v = AlignedVec::<f32>::from_slice(&[1.0, 2.0, 3.0, 4.0, 5.0]);
     assert!(is_aligned(v.as_ptr()));

@@ -26,7 +26,7 @@ mod tune;
 
 pub use buckets::BucketedModel;
 pub use exec::StepTime;
-pub use tensortune_model::{testing, ImportOptions, Plan};
+pub use tensortune_model::{parse_input_shape, testing, ImportOptions, Plan};
 #[cfg(feature = "tuning")]
 pub use tune::{tune_model, tune_plans};
 

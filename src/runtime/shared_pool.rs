@@ -278,8 +278,43 @@ impl Drop for Pool {
     }
 }
 
+/// Largest block (with its header) that a thread keeps for reuse after `tt_free`.
+const SPARE_MAX_BYTES: usize = 256 << 10;
+/// Most blocks a thread keeps for reuse.
+const SPARE_MAX_BLOCKS: usize = 16;
+
+/// Blocks freed on one thread, kept for the next `tt_alloc` of the same size there; given
+/// back to the allocator when the thread ends.
+struct Spare(Vec<(usize, *mut u8)>);
+
+impl Drop for Spare {
+    fn drop(&mut self) {
+        for &(total, base) in &self.0 {
+            // SAFETY: each block came from `tt_alloc` with this size and alignment.
+            unsafe {
+                std::alloc::dealloc(
+                    base,
+                    std::alloc::Layout::from_size_align_unchecked(total, ALIGN),
+                )
+            };
+        }
+    }
+}
+
+std::thread_local! {
+    // A kernel allocates a temporary in main memory inside its loops (an accumulator tile
+    // that is not a register tile, say), so one call may allocate and free the same small
+    // block hundreds of times. The allocator of the process that tuned the kernel (the
+    // `tensortune` binary's mimalloc) does that in a few nanoseconds; glibc's aligned
+    // allocation takes far longer, and a network of such kernels ran 1.3x slower in a
+    // program than tuning measured. Reusing this thread's last blocks makes the cost the same
+    // under any allocator.
+    static SPARE: std::cell::RefCell<Spare> = const { std::cell::RefCell::new(Spare(Vec::new())) };
+}
+
 /// `rt->alloc`: `bytes` bytes aligned to `ALIGN`, or null. One alignment unit before the
-/// block remembers its size for `tt_free`.
+/// block remembers its size for `tt_free`. A small block freed earlier on this thread is
+/// reused.
 unsafe extern "C" fn tt_alloc(_rt: *const TtRuntime, bytes: i64) -> *mut std::ffi::c_void {
     let Some(total) = usize::try_from(bytes)
         .ok()
@@ -287,14 +322,28 @@ unsafe extern "C" fn tt_alloc(_rt: *const TtRuntime, bytes: i64) -> *mut std::ff
     else {
         return std::ptr::null_mut();
     };
-    let Ok(layout) = std::alloc::Layout::from_size_align(total, ALIGN) else {
-        return std::ptr::null_mut();
+    let spare = SPARE
+        .try_with(|s| {
+            let mut s = s.try_borrow_mut().ok()?;
+            let i = s.0.iter().rposition(|&(t, _)| t == total)?;
+            Some(s.0.swap_remove(i).1)
+        })
+        .ok()
+        .flatten();
+    let base = match spare {
+        Some(b) => b,
+        None => {
+            let Ok(layout) = std::alloc::Layout::from_size_align(total, ALIGN) else {
+                return std::ptr::null_mut();
+            };
+            // SAFETY: the layout's size is at least ALIGN, not zero.
+            let b = unsafe { std::alloc::alloc(layout) };
+            if b.is_null() {
+                return std::ptr::null_mut();
+            }
+            b
+        }
     };
-    // SAFETY: the layout's size is at least ALIGN, not zero.
-    let base = unsafe { std::alloc::alloc(layout) };
-    if base.is_null() {
-        return std::ptr::null_mut();
-    }
     // SAFETY: the header lies inside the block and is aligned for usize.
     unsafe {
         (base as *mut usize).write(total);
@@ -302,7 +351,8 @@ unsafe extern "C" fn tt_alloc(_rt: *const TtRuntime, bytes: i64) -> *mut std::ff
     }
 }
 
-/// `rt->free`: releases a block from `tt_alloc`; null is ignored.
+/// `rt->free`: releases a block from `tt_alloc` (keeping a small one for this thread's next
+/// `tt_alloc`); null is ignored.
 unsafe extern "C" fn tt_free(_rt: *const TtRuntime, ptr: *mut std::ffi::c_void) {
     if ptr.is_null() {
         return;
@@ -312,9 +362,21 @@ unsafe extern "C" fn tt_free(_rt: *const TtRuntime, ptr: *mut std::ffi::c_void) 
     unsafe {
         let base = (ptr as *mut u8).sub(ALIGN);
         let total = (base as *const usize).read();
-        std::alloc::dealloc(
-            base,
-            std::alloc::Layout::from_size_align_unchecked(total, ALIGN),
-        );
+        let kept = total <= SPARE_MAX_BYTES
+            && SPARE
+                .try_with(|s| match s.try_borrow_mut() {
+                    Ok(mut s) if s.0.len() < SPARE_MAX_BLOCKS => {
+                        s.0.push((total, base));
+                        true
+                    }
+                    _ => false,
+                })
+                .unwrap_or(false);
+        if !kept {
+            std::alloc::dealloc(
+                base,
+                std::alloc::Layout::from_size_align_unchecked(total, ALIGN),
+            );
+        }
     }
 }
