@@ -130,7 +130,12 @@ impl Layout {
         let x = inputs.first()?;
         match self {
             Layout::Reshape => {
-                let v: Vec<T> = x.iter().copied().collect();
+                // One copy where the input is contiguous: a dynamic-rank iterator costs
+                // nanoseconds per element.
+                let v: Vec<T> = match x.as_slice() {
+                    Some(s) => s.to_vec(),
+                    None => x.iter().copied().collect(),
+                };
                 ArrayD::from_shape_vec(IxDyn(out_shape), v).ok()
             }
             Layout::Transpose(perm) => Some(
