@@ -20,7 +20,7 @@ use inkwell::values::{
 };
 use inkwell::AddressSpace;
 use inkwell::IntPredicate;
-use tensortune_schedules::ir::{BufKind, ForKind, LoweredFunc, Scope, Stmt};
+use tensortune_schedules::ir::{BufKind, ForKind, LoweredFunc, Stmt};
 use tensortune_schedules::{BufId, DType, Expr, Var};
 
 pub(super) type Res<T> = Result<T, CodegenError>;
@@ -555,8 +555,7 @@ impl<'ctx> Gen<'ctx, '_> {
             )));
         }
         let bytes = self.buffer_bytes(buf)?;
-        let on_stack = decl.scope != Scope::Global
-            && bytes <= self.opts.max_stack_alloc_bytes
+        let on_stack = bytes <= self.opts.max_stack_alloc_bytes
             && self.cur.stack_bytes + bytes <= self.opts.max_stack_bytes;
         let i = buf.0 as usize;
         if self.bufs[i].is_some() {
