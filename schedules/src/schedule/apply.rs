@@ -295,7 +295,8 @@ impl State {
         }
         // Every reader is the target, or a stage already computed at the same loop (it is
         // emitted after this one there, and the region covers what it reads: softmax's row
-        // maximum beside the row sum that reads it).
+        // maximum beside the row sum that reads it; the partial sums of an rfactored row sum
+        // beside the sum, with the target reading neither).
         let here = Location::At {
             tensor: t.tensor,
             iter: id,
@@ -306,7 +307,7 @@ impl State {
                     .position_of(c)
                     .is_some_and(|p| p > stage as usize && self.stages[p].location == here)
         });
-        if !consumers.contains(&t.tensor) || !encloses {
+        if !encloses {
             let names: Vec<String> = consumers
                 .iter()
                 .filter_map(|c| self.position_of(*c))

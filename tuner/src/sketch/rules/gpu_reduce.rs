@@ -65,7 +65,7 @@ fn plain_reduction(dag: &ComputeDag, t: TensorId) -> bool {
 /// row-wise one (see the module doc): one output, injective, of rank at least 2, every
 /// reduction it depends on a [`plain_reduction`] whose shape is the output's without the
 /// last axis; at least one reduction.
-fn row_wise(dag: &ComputeDag) -> Option<(TensorId, Vec<TensorId>)> {
+pub(super) fn row_wise(dag: &ComputeDag) -> Option<(TensorId, Vec<TensorId>)> {
     let [out] = dag.outputs() else { return None };
     let shape = &dag.op(*out).shape;
     if !dag.info(*out).injective || shape.len() < 2 {

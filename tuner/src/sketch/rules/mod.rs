@@ -8,6 +8,8 @@
 //! stage's variants multiply the sketches built so far (softmax has four).
 //!
 //! The CPU list, in order:
+//! - [`RowWise`]: in a row-wise DAG (softmax), every stage before the output computed at the
+//!   output's row loop, reductions as vector partial results (one more variant per stage);
 //! - [`AlwaysInline`]: an injective stage that is not an output (bias, relu, exp) is inlined;
 //!   padding (a stage that selects) is inlined in one sketch and computed at the root in
 //!   another;
@@ -32,6 +34,7 @@ mod inline;
 mod multi_level_tiling;
 mod plain;
 mod rfactor;
+mod row_wise;
 
 pub use builder::SketchBuilder;
 pub use gpu::{
@@ -43,6 +46,7 @@ pub use inline::AlwaysInline;
 pub use multi_level_tiling::{MultiLevelTiling, StructureError, REGISTER_TILE_VECTORS};
 pub use plain::Plain;
 pub use rfactor::Rfactor;
+pub use row_wise::RowWise;
 
 use super::{ChoiceKind, Sketch, SketchStep};
 use crate::options::TuneOptions;
@@ -129,6 +133,7 @@ pub trait SketchRule: Send + Sync {
 /// The CPU's rules, in the order they are asked (see the module doc).
 pub fn cpu_rules() -> Vec<Box<dyn SketchRule>> {
     vec![
+        Box::new(RowWise),
         Box::new(AlwaysInline),
         Box::new(MultiLevelTiling::cpu()),
         Box::new(Plain),

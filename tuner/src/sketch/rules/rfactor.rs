@@ -37,7 +37,7 @@ impl SketchRule for Rfactor {
 /// `dense_bias_relu:M=1,N=4096,K=4096` ran at 20 GB/s that way, a third of what two cores'
 /// streams reach (docs/measurements.md, "GEMV"). The FMA latency (4 cycles) times two ports
 /// needs 8 chains to keep the units busy.
-const MAX_CHAINS: i64 = 8;
+pub(super) const MAX_CHAINS: i64 = 8;
 
 fn rfactor(cx: &RuleContext, b: &SketchBuilder, t: TensorId) -> Result<SketchBuilder, RuleError> {
     let mut b = b.clone();

@@ -1,0 +1,123 @@
+//! [`RowWise`]: a row-wise output on the CPU (softmax: an injective output that reads, through
+//! elementwise stages, reductions over its last axis) computed one row at a time.
+//!
+//! The other CPU rules leave softmax's row maximum at the root (it has two readers), inline
+//! its `exp` into both readers (computed twice) or leave it at the root as a whole
+//! `M × N` intermediate, so the input streams through memory two or three times and the
+//! intermediate once more: at most a third of the bandwidth (0.27 of the probe's at 4096²
+//! after 128 trials, docs/measurements.md). Here every stage before the output is computed at
+//! the output's row loop: per row, the maximum (vector partial results, as [`super::Rfactor`]
+//! makes them), `exp` into a row-sized temporary (on the stack, in L1), its sum likewise,
+//! then the output row; the input is read from memory once and the output written once.
+//!
+//! The stages are visited from the output back, so each is attached after every stage that
+//! reads it is already at the row loop, as `compute_at` requires of a stage with several
+//! readers.
+
+use super::gpu_reduce::row_wise;
+use super::rfactor::MAX_CHAINS;
+use super::{annotate, Applies, RuleContext, RuleError, SketchBuilder, SketchRule, Variant};
+use tensortune_schedules::te::OpKind;
+use tensortune_schedules::trace::Step;
+use tensortune_schedules::{ComputeDag, TensorId};
+
+/// Row-at-a-time structure for a row-wise DAG's stages before its output (see the module
+/// doc). The output itself keeps [`super::Plain`]'s structure, whose first loop is the row.
+pub struct RowWise;
+
+/// The output of a row-wise DAG and every computed stage it depends on.
+fn row_stages(dag: &ComputeDag) -> Option<(TensorId, Vec<TensorId>)> {
+    let (out, _) = row_wise(dag)?;
+    let mut stages = Vec::new();
+    let mut work = dag.info(out).producers.clone();
+    while let Some(p) = work.pop() {
+        if matches!(dag.op(p).kind, OpKind::Placeholder) || stages.contains(&p) {
+            continue;
+        }
+        stages.push(p);
+        work.extend(dag.info(p).producers.iter().copied());
+    }
+    Some((out, stages))
+}
+
+impl SketchRule for RowWise {
+    fn name(&self) -> &str {
+        "row-wise"
+    }
+
+    fn applies(&self, cx: &RuleContext, t: TensorId) -> Applies {
+        match row_stages(cx.dag) {
+            // Beside the other rules' variants: for short rows the whole-array structures
+            // can win, and every stage keeps a variant that does not depend on the others.
+            Some((_, stages)) if stages.contains(&t) => Applies::Yes,
+            _ => Applies::No,
+        }
+    }
+
+    fn apply(&self, cx: &RuleContext, b: &SketchBuilder, t: TensorId) -> Vec<Variant> {
+        let r = row_stages(cx.dag)
+            .ok_or(RuleError::NoStage(0))
+            .and_then(|(out, _)| at_row(cx, b, t, out));
+        vec![("row".to_string(), r)]
+    }
+}
+
+/// The stage of `t` computed at the first loop (the row) of `out`'s stage: a reduction as
+/// vector partial results and their sum, an elementwise stage over its row, vectorized.
+fn at_row(
+    cx: &RuleContext,
+    b: &SketchBuilder,
+    t: TensorId,
+    out: TensorId,
+) -> Result<SketchBuilder, RuleError> {
+    let mut b = b.clone();
+    let p = b.pos(t)?;
+    let lanes = cx.lanes(t);
+    if cx.dag.info(t).combiner.is_none() {
+        // The row's elements split for vector lanes, as `Plain` splits a root stage.
+        let n = b.stage_leaves(p)? as u32;
+        if n > 1 {
+            b.split(p, n - 1, 2, Some(lanes))?;
+        }
+        let target = b.pos(out)?;
+        b.fixed(Step::ComputeAt {
+            stage: p,
+            target,
+            iter: 0,
+        })?;
+        annotate(cx, &mut b, p, lanes, false)?;
+        return Ok(b);
+    }
+    // rfactor of the reduce loop split for up to `MAX_CHAINS` vectors of partial results (as
+    // `Rfactor` does, for the FMA and add latency): rf at p, the final sum over them at p + 1.
+    let n = b.stage_leaves(p)? as u32;
+    if n == 0 {
+        return Err(RuleError::NoLoop { stage: p, iter: 0 });
+    }
+    b.split(p, n - 1, 2, Some(lanes * MAX_CHAINS))?;
+    b.fixed(Step::Rfactor { stage: p, iter: n })?;
+    let m = b.stage_leaves(p)? as u32;
+    if m < 2 {
+        return Err(RuleError::NoLoop { stage: p, iter: 1 });
+    }
+    let mut order: Vec<u32> = (0..m - 2).collect();
+    order.extend([m - 1, m - 2]);
+    b.fixed(Step::Reorder { stage: p, order })?;
+    // The sum first (the partial results' reader), then the partial results, both at the row.
+    let target = b.pos(out)?;
+    b.fixed(Step::ComputeAt {
+        stage: p + 1,
+        target,
+        iter: 0,
+    })?;
+    b.fixed(Step::ComputeAt {
+        stage: p,
+        target,
+        iter: 0,
+    })?;
+    // The partial results are up to `MAX_CHAINS` vectors: one wide vector loop, which code
+    // generation splits into that many independent registers.
+    annotate(cx, &mut b, p, lanes * MAX_CHAINS, false)?;
+    annotate(cx, &mut b, p + 1, lanes, false)?;
+    Ok(b)
+}
