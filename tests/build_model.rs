@@ -14,14 +14,12 @@ mod built_program;
 #[path = "onnx/common.rs"]
 mod common;
 
-use common::{npy, script, skip_without_onnx, worst};
+use common::{npy, script, skip_without_onnx, tune_briefly, worst};
 use std::fmt::Write as _;
 use std::path::Path;
 use std::process::Command;
 use tensortune::build::{Build, ModelSource, ReuseError, Source};
-use tensortune::model::tune_model;
 use tensortune::ndarray::{ArrayD, IxDyn};
-use tensortune::{Target, TuneOptions};
 
 fn write_f32(path: &Path, a: &ArrayD<f32>) {
     let bytes: Vec<u8> = a.iter().flat_map(|x| x.to_le_bytes()).collect();
@@ -113,15 +111,7 @@ fn built_models_run_without_llvm_and_match_onnx_runtime() {
     let db = d.join("models.db");
     let plan = tensortune::model::plan_file(&d.join("resnet_block.onnx"), &Default::default())
         .expect("the block imports");
-    let tune = TuneOptions {
-        trials: 8,
-        batch_size: 2,
-        db: Some(db.clone()),
-        quiet: true,
-        remeasure_top: 0,
-        ..TuneOptions::default()
-    };
-    tune_model(&plan, &Target::host(1), &tune).expect("tuning runs");
+    tune_briefly(&plan, &db);
 
     let mut build = Build::new(&db).fallback(true).out_dir(d.join("out"));
     for (m, _, _) in &models {

@@ -11,11 +11,10 @@
 #[path = "onnx/common.rs"]
 mod common;
 
-use common::{npy, script, skip_without_onnx, worst};
+use common::{npy, script, skip_without_onnx, tune_briefly, worst};
 use std::path::Path;
 use std::process::Command;
-use tensortune::model::{tune_model, LoadOptions, Model};
-use tensortune::{Target, TuneOptions};
+use tensortune::model::{LoadOptions, Model};
 
 #[test]
 fn small_models_match_onnx_runtime() {
@@ -82,19 +81,7 @@ fn a_real_cnn_tuned_briefly_matches_onnx_runtime() {
     let plan = tensortune::model::plan_file(&path, &opts.import).expect("the model imports");
     // A tiny budget: one round of two candidates for a few of the tasks.
     let db = dir.path().join("cls.db");
-    let tune = TuneOptions {
-        trials: 8,
-        batch_size: 2,
-        db: Some(db.clone()),
-        quiet: true,
-        remeasure_top: 0,
-        ..TuneOptions::default()
-    };
-    let reports = tune_model(&plan, &Target::host(1), &tune).expect("tuning runs");
-    let tuned = reports
-        .iter()
-        .filter(|r| r.best_latency_s.is_some())
-        .count();
+    let tuned = tune_briefly(&plan, &db);
     assert!(tuned >= 1, "no task got a valid program");
     opts.db = Some(db);
     let model = Model::load(&path, &opts).expect("the model loads");

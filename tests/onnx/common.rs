@@ -3,7 +3,9 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use tensortune::model::{tune_model, Plan};
 use tensortune::ndarray::ArrayD;
+use tensortune::{Target, TuneOptions};
 
 /// Whether python3 imports onnx, onnxruntime and numpy.
 pub fn python_has_onnx() -> bool {
@@ -45,4 +47,22 @@ pub fn worst(got: &ArrayD<f32>, want: &ArrayD<f32>, atol: f32, rtol: f32) -> f32
         .zip(want.iter())
         .map(|(g, w)| (g - w).abs() / (atol + rtol * w.abs()))
         .fold(0.0, f32::max)
+}
+
+/// Tunes `plan` into `db` with a tiny budget (one round of two candidates for a few tasks);
+/// how many tasks got a valid program.
+pub fn tune_briefly(plan: &Plan, db: &Path) -> usize {
+    let tune = TuneOptions {
+        trials: 8,
+        batch_size: 2,
+        db: Some(db.to_path_buf()),
+        quiet: true,
+        remeasure_top: 0,
+        ..TuneOptions::default()
+    };
+    tune_model(plan, &Target::host(1), &tune)
+        .expect("tuning runs")
+        .iter()
+        .filter(|r| r.best_latency_s.is_some())
+        .count()
 }

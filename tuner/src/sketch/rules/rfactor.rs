@@ -39,14 +39,15 @@ impl SketchRule for Rfactor {
 /// needs 8 chains to keep the units busy.
 pub(super) const MAX_CHAINS: i64 = 8;
 
-fn rfactor(cx: &RuleContext, b: &SketchBuilder, t: TensorId) -> Result<SketchBuilder, RuleError> {
-    let mut b = b.clone();
-    let p = b.pos(t)?;
+/// The innermost reduce loop of stage `p` split for up to `MAX_CHAINS` vectors of `lanes`
+/// and rfactored: the partial results at `p` (spatial..., k.0, then the lanes innermost), their
+/// combination at `p + 1`.
+pub(super) fn partial_results(b: &mut SketchBuilder, p: u32, lanes: i64) -> Result<(), RuleError> {
     let n = b.stage_leaves(p)? as u32;
     if n == 0 {
         return Err(RuleError::NoLoop { stage: p, iter: 0 });
     }
-    b.split(p, n - 1, 2, Some(cx.lanes(t) * MAX_CHAINS))?; // ..., k.0, k.1
+    b.split(p, n - 1, 2, Some(lanes * MAX_CHAINS))?; // ..., k.0, k.1
     b.fixed(Step::Rfactor { stage: p, iter: n })?; // rf at p: spatial..., k.1v, k.0
     let m = b.stage_leaves(p)? as u32;
     if m < 2 {
@@ -54,7 +55,13 @@ fn rfactor(cx: &RuleContext, b: &SketchBuilder, t: TensorId) -> Result<SketchBui
     }
     let mut order: Vec<u32> = (0..m - 2).collect();
     order.extend([m - 1, m - 2]);
-    b.fixed(Step::Reorder { stage: p, order })?;
+    b.fixed(Step::Reorder { stage: p, order })
+}
+
+fn rfactor(cx: &RuleContext, b: &SketchBuilder, t: TensorId) -> Result<SketchBuilder, RuleError> {
+    let mut b = b.clone();
+    let p = b.pos(t)?;
+    partial_results(&mut b, p, cx.lanes(t))?;
     let rf = b.tensor(p)?;
     locate(&mut b, rf)?;
     annotate(cx, &mut b, p, cx.lanes(t), false)?;

@@ -15,7 +15,7 @@
 //! readers.
 
 use super::gpu_reduce::row_wise;
-use super::rfactor::MAX_CHAINS;
+use super::rfactor::{partial_results, MAX_CHAINS};
 use super::{annotate, Applies, RuleContext, RuleError, SketchBuilder, SketchRule, Variant};
 use tensortune_schedules::te::OpKind;
 use tensortune_schedules::trace::Step;
@@ -88,21 +88,9 @@ fn at_row(
         annotate(cx, &mut b, p, lanes, false)?;
         return Ok(b);
     }
-    // rfactor of the reduce loop split for up to `MAX_CHAINS` vectors of partial results (as
-    // `Rfactor` does, for the FMA and add latency): rf at p, the final sum over them at p + 1.
-    let n = b.stage_leaves(p)? as u32;
-    if n == 0 {
-        return Err(RuleError::NoLoop { stage: p, iter: 0 });
-    }
-    b.split(p, n - 1, 2, Some(lanes * MAX_CHAINS))?;
-    b.fixed(Step::Rfactor { stage: p, iter: n })?;
-    let m = b.stage_leaves(p)? as u32;
-    if m < 2 {
-        return Err(RuleError::NoLoop { stage: p, iter: 1 });
-    }
-    let mut order: Vec<u32> = (0..m - 2).collect();
-    order.extend([m - 1, m - 2]);
-    b.fixed(Step::Reorder { stage: p, order })?;
+    // Up to `MAX_CHAINS` vectors of partial results, as `Rfactor` makes them (for the add
+    // latency): at p, their combination at p + 1.
+    partial_results(&mut b, p, lanes)?;
     // The sum first (the partial results' reader), then the partial results, both at the row.
     let target = b.pos(out)?;
     b.fixed(Step::ComputeAt {
