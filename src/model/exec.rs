@@ -55,8 +55,8 @@ fn copy_into(view: &ArrayViewD<'_, f32>, mut b: AlignedBuffer) -> Result<Aligned
     }
     match view.as_slice() {
         // Row-major and contiguous (every array a run makes, and most callers'): one copy.
-        // Element by element, a dynamic-rank iterator costs nanoseconds per element: a
-        // tenth of a small CNN's latency for its input alone.
+        // Element by element, a dynamic-rank iterator costs nanoseconds per element, a
+        // visible share of a small CNN's latency (docs/measurements.md).
         Some(src) => dst.copy_from_slice(src),
         None => {
             for (d, s) in dst.iter_mut().zip(view.iter()) {

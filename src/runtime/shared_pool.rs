@@ -306,8 +306,8 @@ std::thread_local! {
     // that is not a register tile, say), so one call may allocate and free the same small
     // block hundreds of times. The allocator of the process that tuned the kernel (the
     // `tensortune` binary's mimalloc) does that in a few nanoseconds; glibc's aligned
-    // allocation takes far longer, and a network of such kernels ran 1.3x slower in a
-    // program than tuning measured. Reusing this thread's last blocks makes the cost the same
+    // allocation takes far longer, and a network of such kernels ran markedly slower in a
+    // program than tuning measured (docs/measurements.md). Reusing this thread's last blocks makes the cost the same
     // under any allocator.
     static SPARE: std::cell::RefCell<Spare> = const { std::cell::RefCell::new(Spare(Vec::new())) };
 }

@@ -4,8 +4,8 @@
 //! The other CPU rules leave softmax's row maximum at the root (it has two readers), inline
 //! its `exp` into both readers (computed twice) or leave it at the root as a whole
 //! `M × N` intermediate, so the input streams through memory two or three times and the
-//! intermediate once more: at most a third of the bandwidth (0.27 of the probe's at 4096²
-//! after 128 trials, docs/measurements.md). Here every stage before the output is computed at
+//! intermediate once more: at most a third of the bandwidth (docs/measurements.md, "Softmax
+//! one row at a time"). Here every stage before the output is computed at
 //! the output's row loop: per row, the maximum (vector partial results, as [`super::Rfactor`]
 //! makes them), `exp` into a row-sized temporary (on the stack, in L1), its sum likewise,
 //! then the output row; the input is read from memory once and the output written once.
