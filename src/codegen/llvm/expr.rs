@@ -470,10 +470,23 @@ impl<'ctx> Gen<'ctx, '_> {
         }
     }
 
-    /// `exp` of an f32 vector without libm: `2^n * p(r)` with `n = round(x / ln 2)`,
-    /// `r = x - n ln 2` (ln 2 split in two for exactness) and Cephes' degree-6 polynomial for
-    /// `e^r` on `|r| <= ln2 / 2` (about 1 ulp in the normal range). Above `ln(FLT_MAX)` the
-    /// result is `+inf`, below the denormal range 0, and NaN stays NaN.
+    /// `exp` of an f32 vector without libm: `2^k * p(r)` with `k = round(x / ln 2)`,
+    /// `r = x - k ln 2` (ln 2 split in two for exactness) and Cephes' degree-6 polynomial for
+    /// `e^r` on `|r| <= ln2 / 2` (about 1 ulp in the normal range).
+    ///
+    /// It is written for few instructions, because softmax and the activations spend most of
+    /// their time here (docs/measurements.md, "Softmax one row at a time"), and needs no
+    /// select for its special values:
+    /// - `x` is clamped to `[-104, 89]` by compare-and-select in the order that returns `x`
+    ///   itself when it is NaN (one `vmaxps`/`vminps` each on x86), and NaN then flows
+    ///   through the arithmetic to the result.
+    /// - At 89 the computed `p * 2^128` rounds to `+inf`, as `e^x` does above `ln(FLT_MAX)`;
+    ///   at -104 it is below half the least denormal and rounds to 0.
+    /// - `k` is rounded by adding and subtracting `1.5 * 2^23`, whose bits then hold `k` as
+    ///   an integer: no float-to-int conversion, which is poison for NaN in LLVM IR.
+    /// - `2^k` is `2^k1 * 2^k2` with `k1 = k >> 1`, `k2 = k - k1`, so that each factor is a
+    ///   normal float over the whole clamped range (`k` in `[-150, 128]`) and denormal
+    ///   results are rounded once.
     fn vexp_f32(&mut self, x: VectorValue<'ctx>) -> Res<V<'ctx>> {
         use inkwell::values::InstructionOpcode as O;
         let n = x.get_type().get_size();
@@ -483,17 +496,28 @@ impl<'ctx> Gen<'ctx, '_> {
                     .into(),
             )
         };
+        let i = |g: &mut Self, c: u32| -> Res<V<'ctx>> {
+            Ok(
+                g.broadcast(g.cx.i32_type().const_int(c as u64, false).into(), n)?
+                    .into(),
+            )
+        };
         let xv: V<'ctx> = x.into();
-        // ln(FLT_MAX) and ln of half the least denormal.
-        let lo = f(self, -103.972_08)?;
-        let hi = f(self, 88.722_84)?;
-        let xc = self.intrinsic("llvm.maxnum", &[xv.get_type()], &[xv, lo])?;
-        let xc = self.intrinsic("llvm.minnum", &[xv.get_type()], &[xc, hi])?;
+        let lo = f(self, -104.0)?;
+        let hi = f(self, 89.0)?;
+        // lo > x ? lo : x, then hi < x ? hi : x: a NaN compares false and is kept.
+        let below = self.fcmp(FloatPredicate::OGT, lo, xv)?;
+        let xc = self.select(below, lo, xv)?;
+        let above = self.fcmp(FloatPredicate::OLT, hi, xc)?;
+        let xc = self.select(above, hi, xc)?;
         let log2e = f(self, std::f32::consts::LOG2_E)?;
+        let magic = f(self, 12_582_912.0)?; // 1.5 * 2^23
         let t = self.b.build_binop(O::FMul, xc, log2e, "t")?;
-        let k = self.intrinsic("llvm.roundeven", &[t.get_type()], &[t])?;
+        let km = self.b.build_binop(O::FAdd, t, magic, "km")?;
+        let k = self.b.build_binop(O::FSub, km, magic, "k")?;
         let ln2_hi = f(self, 0.693_359_4)?;
         let ln2_lo = f(self, -2.121_944_4e-4)?;
+        // k * ln2_hi is exact: ln2_hi has 9 significant bits, |k| at most 8.
         let r = self.b.build_binop(O::FMul, k, ln2_hi, "kh")?;
         let r = self.b.build_binop(O::FSub, xc, r, "r")?;
         let kl = self.b.build_binop(O::FMul, k, ln2_lo, "kl")?;
@@ -518,32 +542,25 @@ impl<'ctx> Gen<'ctx, '_> {
         let p = self.contract(self.b.build_binop(O::FAdd, p, r, "p")?);
         let one = f(self, 1.0)?;
         let p = self.contract(self.b.build_binop(O::FAdd, p, one, "p")?);
-        // 2^k as 2^k1 * 2^k2 with k1 = k >> 1, k2 = k - k1, so that each factor is a normal
-        // float over the whole clamped range (k in [-150, 128]).
         let i32v = self.cx.i32_type().vec_type(n);
-        let ki = self.b.build_cast(O::FPToSI, k, i32v, "ki")?;
-        let one_i = self.broadcast(self.cx.i32_type().const_int(1, false).into(), n)?;
-        let k1 = self.b.build_binop(O::AShr, ki, one_i.into(), "k1")?;
+        let km_bits = self.b.build_bit_cast(km, i32v, "km.bits")?;
+        let magic_bits = i(self, 12_582_912f32.to_bits())?;
+        // Wrapping integer arithmetic: for a NaN `x` these bits are garbage, but no poison,
+        // and the NaN in `p` makes the product NaN whatever the scale.
+        let ki = self.b.build_binop(O::Sub, km_bits, magic_bits, "k.i")?;
+        let one_i = i(self, 1)?;
+        let k1 = self.b.build_binop(O::AShr, ki, one_i, "k1")?;
         let k2 = self.b.build_binop(O::Sub, ki, k1, "k2")?;
-        let bias = self.broadcast(self.cx.i32_type().const_int(127, false).into(), n)?;
-        let sh = self.broadcast(self.cx.i32_type().const_int(23, false).into(), n)?;
+        let bias = i(self, 127)?;
+        let sh = i(self, 23)?;
         let mut y = p;
         for kk in [k1, k2] {
-            let e = self.b.build_binop(O::Add, kk, bias.into(), "e")?;
-            let e = self.b.build_binop(O::Shl, e, sh.into(), "e")?;
+            let e = self.b.build_binop(O::Add, kk, bias, "e")?;
+            let e = self.b.build_binop(O::Shl, e, sh, "e")?;
             let scale = self.b.build_bit_cast(e, x.get_type(), "2^k")?;
             y = self.b.build_binop(O::FMul, y, scale, "exp")?;
         }
-        // Below the clamp the result is 0 (the true value is under half the least denormal).
-        let under = self.fcmp(FloatPredicate::OLT, xv, lo)?;
-        let zero = f(self, 0.0)?;
-        let y = self.select(under, zero, y)?;
-        // Overflow to +inf, NaN through.
-        let over = self.fcmp(FloatPredicate::OGT, xv, hi)?;
-        let inf = f(self, f32::INFINITY)?;
-        let y = self.select(over, inf, y)?;
-        let nan = self.fcmp(FloatPredicate::UNO, xv, xv)?;
-        self.select(nan, xv, y)
+        Ok(y)
     }
 
     /// Calls a one-argument C math function, lane by lane for vectors.
