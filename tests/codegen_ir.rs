@@ -507,30 +507,50 @@ fn vector_exp_edges() {
     // And a sweep of the whole range, denormal and overflowing results included.
     let mut xs = xs;
     xs.extend((0..20_000).map(|i| -110.0 + i as f32 * 0.01));
-    let n = xs.len() as i64;
-    let mut b = Builder::new();
-    let a = b.input("A", DType::F32, &[n]);
-    let c = b.output("C", DType::F32, &[n]);
-    let j = b.var("j");
-    let e = Expr::Call(Intrinsic::Exp, Box::new(ld(a, DType::F32, v(&j))));
-    let f = b.finish("vexp", for_(&j, n, ForKind::Vectorized, st(c, v(&j), e)));
-    let k = Kernel::compile(&f).expect("compile");
-    let input = NdData::new(vec![n], Data::F32(xs.clone())).expect("data");
-    let got = k.run_nd(&Runtime::serial(), &[input]).expect("run");
-    let Data::F32(y) = &got[0].data else {
-        panic!("dtype")
-    };
-    // The reference in f64, rounded once: within 4e-7 relative in the normal range, two
-    // steps of the least denormal (2^-149) below it, exact at 0, infinity and NaN.
-    let least = f64::from(f32::from_bits(1));
-    for (x, y) in xs.iter().zip(y) {
-        let want = f64::from(*x).exp() as f32;
-        let (w, g) = (f64::from(want), f64::from(*y));
-        let ok = (want.is_nan() && y.is_nan())
-            || want == *y
-            || (want.is_normal() && ((w - g).abs() / w.abs()) < 4e-7)
-            || (w.abs() < f64::from(f32::MIN_POSITIVE) && (w - g).abs() <= 2.0 * least);
-        assert!(ok, "exp({x}) = {y:e}, f64 reference {want:e}");
+    // Vectors of 16 lanes and multiples (AVX-512's `vscalefps` where the host has it), of 8
+    // (the integer construction of 2^k) and of 24 (widened to 32 lanes on AVX-512), over rows
+    // of that many lanes.
+    for lanes in [8, 16, 24, 64] {
+        let mut xs = xs.clone();
+        xs.resize(xs.len().div_ceil(lanes) * lanes, 0.5);
+        let n = xs.len() as i64;
+        let rows = n / lanes as i64;
+        let mut b = Builder::new();
+        let a = b.input("A", DType::F32, &[n]);
+        let c = b.output("C", DType::F32, &[n]);
+        let (i, j) = (b.var("i"), b.var("j"));
+        let at = add(mul(v(&i), int(lanes as i64)), v(&j));
+        let e = Expr::Call(Intrinsic::Exp, Box::new(ld(a, DType::F32, at.clone())));
+        let inner = for_(&j, lanes as i64, ForKind::Vectorized, st(c, at, e));
+        let f = b.finish("vexp", for_(&i, rows, ForKind::Serial, inner));
+        // The polynomial, not libm; `vscalefps` where AVX-512 is and the lanes fit it.
+        let ir = tensortune::codegen::llvm::emit_llvm_ir(&f, &Default::default()).expect("ir");
+        assert!(!ir.contains("@expf") && !ir.contains("@llvm.exp."), "{ir}");
+        let avx512 = tensortune::codegen::HostTarget::host().has_feature("avx512f");
+        if lanes == 8 || (avx512 && lanes % 16 == 0) {
+            assert_eq!(ir.contains("scalef"), lanes != 8, "{lanes} lanes");
+        }
+        let k = Kernel::compile(&f).expect("compile");
+        let input = NdData::new(vec![n], Data::F32(xs.clone())).expect("data");
+        let got = k.run_nd(&Runtime::serial(), &[input]).expect("run");
+        let Data::F32(y) = &got[0].data else {
+            panic!("dtype")
+        };
+        // The reference in f64, rounded once: within 4e-7 relative in the normal range, two
+        // steps of the least denormal (2^-149) below it, exact at 0, infinity and NaN.
+        let least = f64::from(f32::from_bits(1));
+        for (x, y) in xs.iter().zip(y) {
+            let want = f64::from(*x).exp() as f32;
+            let (w, g) = (f64::from(want), f64::from(*y));
+            let ok = (want.is_nan() && y.is_nan())
+                || want == *y
+                || (want.is_normal() && ((w - g).abs() / w.abs()) < 4e-7)
+                || (w.abs() < f64::from(f32::MIN_POSITIVE) && (w - g).abs() <= 2.0 * least);
+            assert!(
+                ok,
+                "{lanes} lanes: exp({x}) = {y:e}, f64 reference {want:e}"
+            );
+        }
     }
 }
 

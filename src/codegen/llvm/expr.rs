@@ -10,7 +10,7 @@
 use super::gen::{Gen, Res};
 use crate::codegen::CodegenError;
 use inkwell::intrinsics::Intrinsic;
-use inkwell::types::{BasicType, BasicTypeEnum};
+use inkwell::types::{BasicType, BasicTypeEnum, VectorType};
 use inkwell::values::FastMathFlags;
 use inkwell::values::{BasicMetadataValueEnum, BasicValue, BasicValueEnum, VectorValue};
 use inkwell::{FloatPredicate, IntPredicate};
@@ -513,8 +513,20 @@ impl<'ctx> Gen<'ctx, '_> {
         let log2e = f(self, std::f32::consts::LOG2_E)?;
         let magic = f(self, 12_582_912.0)?; // 1.5 * 2^23
         let t = self.b.build_binop(O::FMul, xc, log2e, "t")?;
-        let km = self.b.build_binop(O::FAdd, t, magic, "km")?;
-        let k = self.b.build_binop(O::FSub, km, magic, "k")?;
+        // AVX-512's `vscalefps` computes p * 2^k from k as a float, with the rounding of
+        // denormal results and the overflow to infinity: one instruction for the nine of the
+        // integer construction below (softmax 4096 x 4096: docs/measurements.md, "The
+        // memory-bound rows after the cheaper exp").
+        let scalef = self.host.has_feature("avx512f")
+            && self.opts.vector_bits.unwrap_or(self.host.vector_bits) >= 512
+            && n % 16 == 0;
+        let (km, k) = if scalef {
+            let k = self.intrinsic("llvm.roundeven", &[t.get_type()], &[t])?;
+            (k, k)
+        } else {
+            let km = self.b.build_binop(O::FAdd, t, magic, "km")?;
+            (km, self.b.build_binop(O::FSub, km, magic, "k")?)
+        };
         let ln2_hi = f(self, 0.693_359_4)?;
         let ln2_lo = f(self, -2.121_944_4e-4)?;
         // k * ln2_hi is exact: ln2_hi has 9 significant bits, |k| at most 8.
@@ -542,6 +554,9 @@ impl<'ctx> Gen<'ctx, '_> {
         let p = self.contract(self.b.build_binop(O::FAdd, p, r, "p")?);
         let one = f(self, 1.0)?;
         let p = self.contract(self.b.build_binop(O::FAdd, p, one, "p")?);
+        if scalef {
+            return self.scalef_f32(p.into_vector_value(), k.into_vector_value());
+        }
         let i32v = self.cx.i32_type().vec_type(n);
         let km_bits = self.b.build_bit_cast(km, i32v, "km.bits")?;
         let magic_bits = i(self, 12_582_912f32.to_bits())?;
@@ -561,6 +576,65 @@ impl<'ctx> Gen<'ctx, '_> {
             y = self.b.build_binop(O::FMul, y, scale, "exp")?;
         }
         Ok(y)
+    }
+
+    /// `p * 2^floor(k)` lane by lane with AVX-512's `vscalefps`, 16 lanes at a time (`p` and
+    /// `k` have a multiple of 16 lanes; `k` holds integers).
+    fn scalef_f32(&mut self, p: VectorValue<'ctx>, k: VectorValue<'ctx>) -> Res<V<'ctx>> {
+        let n = p.get_type().get_size();
+        let i32t = self.cx.i32_type();
+        let chunk = |g: &mut Self, v: VectorValue<'ctx>, at: u32| -> Res<VectorValue<'ctx>> {
+            if n == 16 {
+                return Ok(v);
+            }
+            let idx: Vec<_> = (at..at + 16)
+                .map(|l| i32t.const_int(l as u64, false))
+                .collect();
+            let mask = VectorType::const_vector(&idx);
+            Ok(g.b.build_shuffle_vector(v, v.get_type().get_undef(), mask, "chunk")?)
+        };
+        let all = self.cx.i16_type().const_all_ones().into();
+        // _MM_FROUND_CUR_DIRECTION: the rounding mode of MXCSR (to nearest).
+        let rounding = i32t.const_int(4, false).into();
+        let mut parts = Vec::new();
+        for at in (0..n).step_by(16) {
+            let (pc, kc) = (chunk(self, p, at)?, chunk(self, k, at)?);
+            let y = self.intrinsic(
+                "llvm.x86.avx512.mask.scalef.ps.512",
+                &[],
+                &[pc.into(), kc.into(), pc.into(), all, rounding],
+            )?;
+            parts.push(y.into_vector_value());
+        }
+        let mut parts = parts.into_iter();
+        let mut y = parts
+            .next()
+            .ok_or_else(|| invalid("exp of an empty vector".into()))?;
+        for part in parts {
+            y = self.concat(y, part)?;
+        }
+        Ok(y.into())
+    }
+
+    /// The lanes of `a` followed by those of `b` (`b` no wider than `a`).
+    fn concat(&mut self, a: VectorValue<'ctx>, b: VectorValue<'ctx>) -> Res<VectorValue<'ctx>> {
+        let i32t = self.cx.i32_type();
+        let (m, k) = (a.get_type().get_size(), b.get_type().get_size());
+        let consts = |r: std::ops::Range<u32>| -> Vec<_> {
+            r.map(|l| i32t.const_int(l as u64, false)).collect()
+        };
+        // Shuffles take operands of one type: b widened to a's lanes (the rest undefined).
+        let b = if k == m {
+            b
+        } else {
+            let mut idx = consts(0..k);
+            idx.extend((k..m).map(|_| i32t.get_undef()));
+            let mask = VectorType::const_vector(&idx);
+            self.b
+                .build_shuffle_vector(b, b.get_type().get_undef(), mask, "widen")?
+        };
+        let mask = VectorType::const_vector(&consts(0..m + k));
+        Ok(self.b.build_shuffle_vector(a, b, mask, "concat")?)
     }
 
     /// Calls a one-argument C math function, lane by lane for vectors.
