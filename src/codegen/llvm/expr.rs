@@ -519,7 +519,7 @@ impl<'ctx> Gen<'ctx, '_> {
         // memory-bound rows after the cheaper exp").
         let scalef = self.host.has_feature("avx512f")
             && self.opts.vector_bits.unwrap_or(self.host.vector_bits) >= 512
-            && n % 16 == 0;
+            && n.is_multiple_of(16);
         let (km, k) = if scalef {
             let k = self.intrinsic("llvm.roundeven", &[t.get_type()], &[t])?;
             (k, k)
