@@ -24,12 +24,13 @@ static double now(void) {
     return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
+/* exp as tensortune generates it on AVX-512: clamp keeping NaN, k = round(x log2 e),
+ * r = x - k ln 2 in two parts, Cephes' degree-6 polynomial, then p * 2^k by vscalefps. */
 static inline __m512 vexp(__m512 x) {
     x = _mm512_max_ps(_mm512_set1_ps(-104.f), x);
     x = _mm512_min_ps(_mm512_set1_ps(89.f), x);
-    const __m512 magic = _mm512_set1_ps(12582912.f);
-    __m512 km = _mm512_add_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)), magic);
-    __m512 k = _mm512_sub_ps(km, magic);
+    __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 r = _mm512_sub_ps(x, _mm512_mul_ps(k, _mm512_set1_ps(0.6933594f)));
     r = _mm512_fnmadd_ps(k, _mm512_set1_ps(-2.1219444e-4f), r);
     __m512 p = _mm512_set1_ps(1.9875691e-4f);
@@ -40,11 +41,7 @@ static inline __m512 vexp(__m512 x) {
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
     p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r);
     p = _mm512_add_ps(p, _mm512_set1_ps(1.f));
-    __m512i ki = _mm512_sub_epi32(_mm512_castps_si512(km), _mm512_castps_si512(magic));
-    __m512i k1 = _mm512_srai_epi32(ki, 1), k2 = _mm512_sub_epi32(ki, k1);
-    __m512 s1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(k1, _mm512_set1_epi32(127)), 23));
-    __m512 s2 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(k2, _mm512_set1_epi32(127)), 23));
-    return _mm512_mul_ps(_mm512_mul_ps(p, s1), s2);
+    return _mm512_scalef_ps(p, k);
 }
 
 static void softmax(const float *in, float *out, int nt, int with_exp) {
