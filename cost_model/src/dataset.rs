@@ -24,6 +24,18 @@ pub struct DatasetReport {
     pub failed: usize,
     /// Records skipped: `(workload key, record uid, why)`.
     pub skipped: Vec<(String, String, String)>,
+    /// Of those, records of workloads whose key is no spec of the op library: a model's
+    /// layers (`onnx_conv2d:...`), whose DAG only their model rebuilds, so that their
+    /// programs cannot be lowered here. The rest of `skipped` no longer replay.
+    pub not_library_ops: usize,
+}
+
+impl DatasetReport {
+    /// Skipped records whose trace no longer replays or lowers (not counting
+    /// [`DatasetReport::not_library_ops`]).
+    pub fn no_longer_replay(&self) -> usize {
+        self.skipped.len().saturating_sub(self.not_library_ops)
+    }
 }
 
 /// The samples of every record of `target`, all workloads, in database order.
@@ -66,6 +78,7 @@ pub fn samples_from_some_records(
         let dag = match dag {
             Ok(d) => d,
             Err(why) => {
+                report.not_library_ops += records.len();
                 for r in &records {
                     report
                         .skipped

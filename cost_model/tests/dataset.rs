@@ -43,11 +43,27 @@ fn records_become_samples_and_bad_traces_are_skipped() {
         ErrorKind::Runtime,
         "x",
     ));
+    // A model's layer: a key the op library does not build, with a trace that may be fine.
+    let layer = Workload::new(
+        "onnx_conv2d:N=1,C=3,H=8,W=8,K=4,kernel=3x3".to_string(),
+        1e6,
+    );
+    let trace = random_state(&dag, 7, 12, false).trace().to_json();
+    let t = Timing {
+        median_s: 1e-4,
+        min_s: 1e-4,
+        max_s: 1e-4,
+        repeats: 5,
+    };
+    batch.push(NewRecord::measured(layer, TARGET, trace, t));
     db.insert_batch(None, &batch).unwrap();
 
     let (samples, report) = samples_from_records(&db, TARGET).unwrap();
-    assert_eq!(report.records, 62);
-    assert_eq!(report.skipped.len(), 1, "{:?}", report.skipped);
+    assert_eq!(report.records, 63);
+    assert_eq!(report.skipped.len(), 2, "{:?}", report.skipped);
+    // One does not replay; the layer is counted apart.
+    assert_eq!(report.not_library_ops, 1);
+    assert_eq!(report.no_longer_replay(), 1);
     assert_eq!(samples.len(), 61);
     assert_eq!(report.failed, 1);
     assert!(samples.iter().all(|s| s.workload == spec.canonical()));

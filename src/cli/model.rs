@@ -180,6 +180,18 @@ fn row(
     )
 }
 
+/// The records a model cannot learn from here because their workload is a model's layer, as
+/// a clause for the summary line (empty when there are none).
+fn not_library_ops(loaded: &tensortune_cost_model::dataset::DatasetReport) -> String {
+    match loaded.not_library_ops {
+        0 => String::new(),
+        n => format!(
+            ", {n} records of a model's layers left out (their DAGs are in the model, not in \
+             the workload key)"
+        ),
+    }
+}
+
 /// Runs `tensortune model eval`.
 pub fn eval(args: &EvalArgs, out: &mut dyn Write) -> Result<(), CliError> {
     let objectives = objectives(&args.objective)?;
@@ -229,6 +241,7 @@ pub fn eval(args: &EvalArgs, out: &mut dyn Write) -> Result<(), CliError> {
             "samples": loaded.samples,
             "failed": loaded.failed,
             "skipped_records": loaded.skipped.len(),
+            "not_library_ops": loaded.not_library_ops,
             "eval_s": eval_s,
             "eval": report,
         });
@@ -237,11 +250,12 @@ pub fn eval(args: &EvalArgs, out: &mut dyn Write) -> Result<(), CliError> {
     }
     writeln!(
         out,
-        "target {target}: {} records, {} samples ({} failed), {} records that no longer replay",
+        "target {target}: {} records, {} samples ({} failed), {} records that no longer replay{}",
         loaded.records,
         loaded.samples,
         loaded.failed,
-        loaded.skipped.len()
+        loaded.no_longer_replay(),
+        not_library_ops(&loaded)
     )
     .map_err(io)?;
     writeln!(
@@ -303,9 +317,10 @@ pub fn train(args: &TrainArgs, out: &mut dyn Write) -> Result<(), CliError> {
     model.save(&args.out).map_err(model_error)?;
     writeln!(
         out,
-        "trained on {} samples of target {target} ({} records skipped){}; wrote {}",
+        "trained on {} samples of target {target} ({} records that no longer replay{}){}; wrote {}",
         loaded.samples,
-        loaded.skipped.len(),
+        loaded.no_longer_replay(),
+        not_library_ops(&loaded),
         if model.is_trained() {
             ""
         } else {
