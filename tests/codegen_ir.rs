@@ -801,3 +801,107 @@ fn unrolling_is_capped_by_the_copies_of_a_whole_nest() {
         assert!(jit_vs_interp(&build(rows), 1, 4) < 1e-6, "rows={rows}");
     }
 }
+
+/// `C[0..n) = 2 A` in rows of 16 lanes (aligned lines), then `C[n + 4 .. n + 20) = 2 B` as one
+/// 16-lane vector a quarter line off (and `C[n .. n + 4) = 0`), the rows' loop of `kind`.
+fn two_alignments(rows: i64, kind: ForKind) -> LoweredFunc {
+    let n = rows * 16;
+    let mut b = Builder::new();
+    let a = b.input("A", DType::F32, &[n]);
+    let bb = b.input("B", DType::F32, &[16]);
+    let c = b.output("C", DType::F32, &[n + 20]);
+    let (i, j, k, z) = (b.var("i"), b.var("j"), b.var("k"), b.var("z"));
+    let at = add(mul(v(&i), int(16)), v(&j));
+    let two = |e: Expr| mul(e, Expr::f32(2.0));
+    let lines = for_(
+        &i,
+        rows,
+        kind,
+        for_(
+            &j,
+            16,
+            ForKind::Vectorized,
+            st(c, at.clone(), two(ld(a, DType::F32, at))),
+        ),
+    );
+    let off = for_(
+        &k,
+        16,
+        ForKind::Vectorized,
+        st(c, add(v(&k), int(n + 4)), two(ld(bb, DType::F32, v(&k)))),
+    );
+    let zero = for_(
+        &z,
+        4,
+        ForKind::Serial,
+        st(c, add(v(&z), int(n)), Expr::f32(0.0)),
+    );
+    b.finish("two_alignments", Stmt::seq(vec![lines, zero, off]))
+}
+
+/// Whole-line vector stores to an output the kernel never reads are non-temporal past the
+/// threshold (each checked for alignment at run time, an `sfence` at the end of the kernel
+/// and of each parallel part), and the results are the same either way.
+#[test]
+fn nontemporal_stores_of_unread_outputs() {
+    let host = tensortune::codegen::HostTarget::host();
+    if !host.triple.starts_with("x86_64") {
+        eprintln!("skipped: non-temporal stores are emitted on x86-64 only");
+        return;
+    }
+    let always = CodegenOptions {
+        nontemporal_past_bytes: Some(0),
+        ..CodegenOptions::default()
+    };
+    let rows = 6;
+    let a: Vec<f32> = (0..rows * 16).map(|x| x as f32 * 0.5 - 3.0).collect();
+    let bv: Vec<f32> = (0..16).map(|x| 100.0 + x as f32).collect();
+    let mut want: Vec<f32> = a.iter().map(|x| 2.0 * x).collect();
+    want.extend([0.0; 4]);
+    want.extend(bv.iter().map(|x| 2.0 * x));
+    for kind in [ForKind::Serial, ForKind::Parallel] {
+        let f = two_alignments(rows, kind);
+        let ir = tensortune::codegen::llvm::emit_llvm_ir(&f, &always).expect("ir");
+        assert!(ir.contains("!nontemporal"), "{ir}");
+        let fences = ir.matches("call void @llvm.x86.sse.sfence").count();
+        let parts = if kind == ForKind::Parallel { 2 } else { 1 };
+        assert_eq!(fences, parts, "{ir}");
+        // Under the default threshold (the last-level cache) this small output streams not.
+        let ir = tensortune::codegen::llvm::emit_llvm_ir(&f, &Default::default()).expect("ir");
+        assert!(
+            !ir.contains("!nontemporal") && !ir.contains("sfence"),
+            "{ir}"
+        );
+        for opts in [&always, &CodegenOptions::default()] {
+            let k = Kernel::compile_with(&f, opts).expect("compile");
+            let ins = [
+                NdData::new(vec![rows * 16], Data::F32(a.clone())).expect("a"),
+                NdData::new(vec![16], Data::F32(bv.clone())).expect("b"),
+            ];
+            let rt = Runtime::new(2).expect("runtime");
+            let got = k.run_nd(&rt, &ins).expect("run");
+            assert_eq!(got[0].data, Data::F32(want.clone()), "{kind:?}");
+        }
+    }
+    // An output the kernel reads back (an accumulation) is never streamed.
+    let mut b = Builder::new();
+    let a = b.input("A", DType::F32, &[64]);
+    let c = b.output("C", DType::F32, &[64]);
+    let (r, j) = (b.var("r"), b.var("j"));
+    let acc = st(
+        c,
+        v(&j),
+        add(ld(c, DType::F32, v(&j)), ld(a, DType::F32, v(&j))),
+    );
+    let f = b.finish(
+        "acc",
+        for_(
+            &r,
+            3,
+            ForKind::Serial,
+            for_(&j, 64, ForKind::Vectorized, acc),
+        ),
+    );
+    let ir = tensortune::codegen::llvm::emit_llvm_ir(&f, &always).expect("ir");
+    assert!(!ir.contains("!nontemporal"), "{ir}");
+}

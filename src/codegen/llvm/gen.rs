@@ -71,6 +71,58 @@ pub(super) struct Gen<'ctx, 'f> {
     /// Emitting an outlined parallel body: nested parallel loops run serially.
     pub in_parallel: bool,
     outlined: u32,
+    /// Per buffer, whether its vector stores of whole lines are non-temporal (see
+    /// [`CodegenOptions::nontemporal_past_bytes`]).
+    pub streaming: Vec<bool>,
+}
+
+/// Per buffer of `func`, whether its whole-line vector stores are non-temporal: an output
+/// parameter in main memory, larger than the threshold of
+/// [`CodegenOptions::nontemporal_past_bytes`], that the kernel never loads, on x86.
+fn streaming_outputs(
+    func: &LoweredFunc,
+    opts: &CodegenOptions,
+    host: &HostTarget,
+    bytes: impl Fn(BufId) -> Res<u64>,
+) -> Res<Vec<bool>> {
+    let mut out = vec![false; func.buffers.len()];
+    let past = match opts.nontemporal_past_bytes {
+        Some(b) => Some(b),
+        None => crate::runtime::cache::last_level_cache_bytes().map(|b| b as u64),
+    };
+    let Some(past) = past else {
+        return Ok(out);
+    };
+    if !host.triple.starts_with("x86_64") || !host.has_feature("sse2") {
+        return Ok(out);
+    }
+    let mut loaded = vec![false; func.buffers.len()];
+    let mut mark = |e: &Expr| {
+        e.visit(&mut |x| {
+            if let Expr::BufLoad { buf, .. } = x {
+                if let Some(l) = loaded.get_mut(buf.0 as usize) {
+                    *l = true;
+                }
+            }
+        })
+    };
+    func.body.visit(&mut |s| match s {
+        Stmt::Store { index, value, .. } => {
+            mark(index);
+            mark(value);
+        }
+        Stmt::If { cond, .. } => mark(cond),
+        _ => {}
+    });
+    for &p in &func.params {
+        let decl = func.buffer(p);
+        let i = p.0 as usize;
+        out[i] = matches!(decl.kind, BufKind::Output(_))
+            && decl.scope == tensortune_schedules::ir::Scope::Global
+            && !loaded[i]
+            && bytes(p)? > past;
+    }
+    Ok(out)
 }
 
 /// Emits `NAME` and `NAME_packed` for `func` into `module`.
@@ -129,7 +181,9 @@ pub(super) fn emit_kernel<'ctx>(
         vec: None,
         in_parallel: false,
         outlined: 0,
+        streaming: vec![false; func.buffers.len()],
     };
+    g.streaming = streaming_outputs(func, opts, host, |p| g.buffer_bytes(p))?;
     g.set_fn_attrs(kernel);
     // The packed entry point calls the kernel rather than taking a copy of it: inlined, the
     // whole loop nest would be optimized and compiled twice.
@@ -143,6 +197,7 @@ pub(super) fn emit_kernel<'ctx>(
         g.bufs[p.0 as usize] = Some(v.into_pointer_value());
     }
     g.stmt(&func.body)?;
+    g.fence_streaming_stores()?;
     g.b.build_return(Some(&i32t.const_zero()))?;
 
     // NAME_packed(void *const *args, const tt_runtime *rt)
@@ -763,12 +818,24 @@ impl<'ctx> Gen<'ctx, '_> {
         let begin = param(base + 1)?.into_int_value();
         let end = param(base + 2)?.into_int_value();
         let r = self.range_loop(var, begin, end, body);
+        // Each thread's non-temporal stores are ordered before the runtime reports its part
+        // done.
+        let r = r.and_then(|()| self.fence_streaming_stores());
         let r = r.and_then(|()| Ok(self.b.build_return(Some(&i32t.const_zero())).map(|_| ())?));
         (self.cur, self.bufs, self.vars, self.in_parallel) = saved;
         r?;
 
         self.b.position_at_end(resume);
         self.return_on_error(code)
+    }
+
+    /// An `sfence` where this kernel may have made non-temporal stores: they are weakly
+    /// ordered, and whoever reads the output next (another thread, the caller) must see them.
+    fn fence_streaming_stores(&mut self) -> Res<()> {
+        if self.streaming.iter().any(|&s| s) {
+            self.intrinsic("llvm.x86.sse.sfence", &[], &[])?;
+        }
+        Ok(())
     }
 
     /// `for var in begin..end` as a top-tested loop.

@@ -367,6 +367,56 @@ impl<'ctx> Gen<'ctx, '_> {
             && self.host.has_feature("avx512vl"))
     }
 
+    /// Whether a contiguous unmasked store of `lanes` to `buf` is non-temporal: the buffer
+    /// streams ([`super::gen::Gen::streaming`]) and the vector is whole 64-byte lines.
+    fn streams(&self, buf: BufId, dtype: DType, lanes: u32) -> bool {
+        self.streaming.get(buf.0 as usize).copied().unwrap_or(false)
+            && (lanes as u64 * self.mem_bytes(dtype)).is_multiple_of(64)
+    }
+
+    /// Stores `v` at `p` non-temporally when `p` is 64-byte aligned (the instruction faults
+    /// otherwise), else as an ordinary store. The branch goes the same way at every store of
+    /// a row of aligned lines, so it is predicted.
+    fn streaming_store(
+        &mut self,
+        p: PointerValue<'ctx>,
+        v: VectorValue<'ctx>,
+        dtype: DType,
+    ) -> Res<()> {
+        let i64t = self.cx.i64_type();
+        let addr = self.b.build_ptr_to_int(p, i64t, "addr")?;
+        let low = self
+            .b
+            .build_and(addr, i64t.const_int(63, false), "addr.low")?;
+        let aligned = self.b.build_int_compare(
+            inkwell::IntPredicate::EQ,
+            low,
+            i64t.const_zero(),
+            "aligned",
+        )?;
+        let nt = self.new_block("store.nt");
+        let plain = self.new_block("store.plain");
+        let done = self.new_block("store.done");
+        self.b.build_conditional_branch(aligned, nt, plain)?;
+        self.b.position_at_end(nt);
+        let st = self.b.build_store(p, v)?;
+        st.set_alignment(64)
+            .map_err(|e| CodegenError::Llvm(e.to_string()))?;
+        let one = self.cx.i32_type().const_int(1, false);
+        let node = self.cx.metadata_node(&[one.into()]);
+        let kind = self.cx.get_kind_id("nontemporal");
+        st.set_metadata(node, kind)
+            .map_err(|e| CodegenError::Llvm(e.to_string()))?;
+        self.b.build_unconditional_branch(done)?;
+        self.b.position_at_end(plain);
+        let st = self.b.build_store(p, v)?;
+        st.set_alignment(self.mem_bytes(dtype) as u32)
+            .map_err(|e| CodegenError::Llvm(e.to_string()))?;
+        self.b.build_unconditional_branch(done)?;
+        self.b.position_at_end(done);
+        Ok(())
+    }
+
     /// `llvm.masked.load` of a `vty` at `p` under `mask` (inactive lanes zero).
     fn masked_load(
         &mut self,
@@ -539,6 +589,9 @@ impl<'ctx> Gen<'ctx, '_> {
                 match mask {
                     None if self.pads_lanes(buf, dtype, ctx.lanes)? => {
                         self.padded_store(p, v, dtype)?;
+                    }
+                    None if self.streams(buf, dtype, ctx.lanes) => {
+                        self.streaming_store(p, v, dtype)?;
                     }
                     None => {
                         let st = self.b.build_store(p, v)?;
