@@ -107,9 +107,10 @@ fn host_caches() -> &'static CacheSizes {
             else {
                 continue;
             };
-            let Some(bytes) = parse_cache_size(size.trim()) else {
+            let Some(bytes) = crate::runtime::cache::parse_cache_size(size.trim()) else {
                 continue;
             };
+            let bytes = bytes as u64;
             match (level.trim(), kind.trim()) {
                 ("1", "Data") => c.l1d = Some(bytes),
                 ("2", "Unified" | "Data") => c.l2 = Some(bytes),
@@ -119,34 +120,4 @@ fn host_caches() -> &'static CacheSizes {
         }
         c
     })
-}
-
-/// Parses sysfs's `48K`, `1024K`, `32M`.
-fn parse_cache_size(s: &str) -> Option<u64> {
-    let (digits, unit) = match s.find(|c: char| !c.is_ascii_digit()) {
-        Some(i) => s.split_at(i),
-        None => (s, ""),
-    };
-    let n: u64 = digits.parse().ok()?;
-    match unit {
-        "" => Some(n),
-        "K" => n.checked_mul(1 << 10),
-        "M" => n.checked_mul(1 << 20),
-        "G" => n.checked_mul(1 << 30),
-        _ => None,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cache_sizes_parse() {
-        assert_eq!(parse_cache_size("48K"), Some(48 << 10));
-        assert_eq!(parse_cache_size("32M"), Some(32 << 20));
-        assert_eq!(parse_cache_size("512"), Some(512));
-        assert_eq!(parse_cache_size("12X"), None);
-        assert_eq!(parse_cache_size(""), None);
-    }
 }

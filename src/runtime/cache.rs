@@ -96,6 +96,9 @@ mod tests {
         assert_eq!(parse_cache_size("512"), Some(512));
         assert_eq!(parse_cache_size("K"), None);
         assert_eq!(parse_cache_size("x1K"), None);
+        assert_eq!(parse_cache_size("12X"), None);
+        assert_eq!(parse_cache_size(""), None);
+        assert_eq!(parse_cache_size("48K"), Some(48 << 10));
     }
 
     #[test]
