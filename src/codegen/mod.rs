@@ -112,8 +112,8 @@ pub struct CodegenOptions {
     /// memory. `None`: the last-level cache of the machine compiling (no such stores where
     /// it is unknown); `Some(u64::MAX)`: never. The address is checked for 64-byte alignment
     /// at each store (an output's alignment is the caller's) and the kernel ends with an
-    /// `sfence`. softmax 4096 x 4096 written by hand in C gained 9-14% from them
-    /// (docs/measurements.md, "The memory-bound rows after the cheaper exp").
+    /// `sfence`. What they gain on softmax: docs/measurements.md, "The memory-bound rows
+    /// after the cheaper exp".
     pub nontemporal_past_bytes: Option<u64>,
 }
 

@@ -482,10 +482,13 @@ impl<'ctx> Gen<'ctx, '_> {
     ///   through the arithmetic to the result.
     /// - At 89 the computed `p * 2^128` rounds to `+inf`, as `e^x` does above `ln(FLT_MAX)`;
     ///   at -104 it is below half the least denormal and rounds to 0.
-    /// - `k` is rounded by adding and subtracting `1.5 * 2^23`, whose bits then hold `k` as
-    ///   an integer: no float-to-int conversion, which is poison for NaN in LLVM IR.
-    /// - `2^k` is `2^k1 * 2^k2` with `k1 = k >> 1`, `k2 = k - k1`, so that each factor is a
-    ///   normal float over the whole clamped range (`k` in `[-150, 128]`) and denormal
+    /// - On whole 512-bit vectors with AVX-512, `p * 2^k` is one `vscalefps`
+    ///   ([`Self::scalef_f32`]), which rounds denormal results and overflows to infinity
+    ///   itself.
+    /// - Elsewhere `k` is rounded by adding and subtracting `1.5 * 2^23`, whose bits then hold
+    ///   `k` as an integer (no float-to-int conversion, which is poison for NaN in LLVM IR),
+    ///   and `2^k` is `2^k1 * 2^k2` with `k1 = k >> 1`, `k2 = k - k1`, so that each factor is
+    ///   a normal float over the whole clamped range (`k` in `[-150, 128]`) and denormal
     ///   results are rounded once.
     fn vexp_f32(&mut self, x: VectorValue<'ctx>) -> Res<V<'ctx>> {
         use inkwell::values::InstructionOpcode as O;
@@ -511,12 +514,10 @@ impl<'ctx> Gen<'ctx, '_> {
         let above = self.fcmp(FloatPredicate::OLT, hi, xc)?;
         let xc = self.select(above, hi, xc)?;
         let log2e = f(self, std::f32::consts::LOG2_E)?;
-        let magic = f(self, 12_582_912.0)?; // 1.5 * 2^23
         let t = self.b.build_binop(O::FMul, xc, log2e, "t")?;
-        // AVX-512's `vscalefps` computes p * 2^k from k as a float, with the rounding of
-        // denormal results and the overflow to infinity: one instruction for the nine of the
-        // integer construction below (softmax 4096 x 4096: docs/measurements.md, "The
-        // memory-bound rows after the cheaper exp").
+        // `vscalefps` is one instruction for the nine of the integer construction below
+        // (softmax 4096 x 4096: docs/measurements.md, "The memory-bound rows after the
+        // cheaper exp").
         let scalef = self.host.has_feature("avx512f")
             && self.opts.vector_bits.unwrap_or(self.host.vector_bits) >= 512
             && n.is_multiple_of(16);
@@ -524,12 +525,13 @@ impl<'ctx> Gen<'ctx, '_> {
             let k = self.intrinsic("llvm.roundeven", &[t.get_type()], &[t])?;
             (k, k)
         } else {
+            let magic = f(self, 12_582_912.0)?; // 1.5 * 2^23
             let km = self.b.build_binop(O::FAdd, t, magic, "km")?;
             (km, self.b.build_binop(O::FSub, km, magic, "k")?)
         };
         let ln2_hi = f(self, 0.693_359_4)?;
         let ln2_lo = f(self, -2.121_944_4e-4)?;
-        // k * ln2_hi is exact: ln2_hi has 9 significant bits, |k| at most 8.
+        // k * ln2_hi is exact: ln2_hi has 9 significant bits and |k| <= 150 at most 8.
         let r = self.b.build_binop(O::FMul, k, ln2_hi, "kh")?;
         let r = self.b.build_binop(O::FSub, xc, r, "r")?;
         let kl = self.b.build_binop(O::FMul, k, ln2_lo, "kl")?;
