@@ -1,6 +1,6 @@
 //! Cross-thread reductions through the PTX generator: verified instances of the cross-thread
-//! sketches of softmax and a row sum (the partials in shared memory, the tree combine with
-//! barriers) become PTX that `ptxas -arch=sm_90` assembles, with the shared memory the GPU
+//! sketches of softmax and a row sum (the partials combined by a tree in shared memory with
+//! barriers, or on whole warps by `shfl.sync.bfly` first) become PTX that `ptxas -arch=sm_90` assembles, with the shared memory the GPU
 //! verifier counts. Skipped (with a message) where no `ptxas` is found.
 
 use rand::rngs::ChaCha8Rng;
@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use tensortune::codegen::nvptx::emit_ptx;
 use tensortune_schedules::gpu::verify::verify_gpu;
+use tensortune_schedules::ir::Stmt;
 use tensortune_schedules::lower::lower;
 use tensortune_schedules::ops::WorkloadSpec;
 use tensortune_schedules::target::{CudaDesc, TargetDesc};
@@ -56,7 +57,13 @@ fn cross_thread_reductions_assemble_with_ptxas() {
     let opts = TuneOptions::default();
     let desc = CudaDesc::for_arch(ARCH).expect("sm_90 is in the table");
     let target = TargetDesc::Cuda(desc.clone());
-    for spec in ["softmax:M=33,N=40", "reduce_sum:M=7,N=300"] {
+    for spec in [
+        "softmax:M=33,N=40",
+        "reduce_sum:M=7,N=300",
+        "softmax:M=5,N=256",
+        "reduce_sum:M=3,N=192,dtype=f64",
+        "reduce_sum:M=3,N=128,dtype=i32",
+    ] {
         let d = WorkloadSpec::parse(spec)
             .and_then(|w| w.build())
             .unwrap_or_else(|e| panic!("{spec}: {e}"));
@@ -67,6 +74,7 @@ fn cross_thread_reductions_assemble_with_ptxas() {
             .unwrap_or_else(|| panic!("{spec}: no cross-thread sketch"));
         let mut rng = ChaCha8Rng::seed_from_u64(5);
         let mut assembled = 0;
+        let mut shuffled = 0;
         for n in 0..24 {
             let dec = sample(sk, &mut rng, &opts);
             let s = sk
@@ -78,11 +86,23 @@ fn cross_thread_reductions_assemble_with_ptxas() {
             };
             let ptx = emit_ptx(&f, ARCH).unwrap_or_else(|e| panic!("{spec}: {e}\n{f}"));
             assert!(ptx.contains("bar.sync"), "{spec}: no barrier\n{ptx}");
+            let mut shuffles = false;
+            f.body
+                .visit(&mut |x| shuffles |= matches!(x, Stmt::Shuffle { .. }));
+            assert_eq!(
+                ptx.contains("shfl.sync.bfly.b32"),
+                shuffles,
+                "{spec}: warp shuffles in the IR and in the PTX\n{ptx}"
+            );
+            shuffled += usize::from(shuffles);
             let smem = assemble(&ptxas, &ptx, &format!("draw{n}"));
             assert_eq!(smem, usage.shared_bytes, "{spec}: shared memory\n{f}");
             assembled += 1;
         }
         assert!(assembled >= 12, "{spec}: {assembled} of 24 assembled");
-        eprintln!("{spec}: {assembled} of 24 draws assembled");
+        if !spec.contains("N=300") && !spec.contains("N=40") {
+            assert!(shuffled >= 2, "{spec}: {shuffled} draws by warp shuffles");
+        }
+        eprintln!("{spec}: {assembled} of 24 draws assembled, {shuffled} by warp shuffles");
     }
 }

@@ -124,7 +124,7 @@ fn census(s: &Stmt, in_vector: bool, seen: &mut Seen) {
         }
         Stmt::Allocate { body, .. } => census(body, in_vector, seen),
         Stmt::Seq(v) => v.iter().for_each(|x| census(x, in_vector, seen)),
-        Stmt::Store { .. } | Stmt::Sync => {}
+        Stmt::Store { .. } | Stmt::Shuffle { .. } | Stmt::Sync => {}
     }
 }
 

@@ -234,6 +234,10 @@ impl Machine<'_> {
             }
             Stmt::Seq(v) => v.iter().try_for_each(|x| self.run(x)),
             Stmt::Sync => Ok(()),
+            // One thread has no warp to exchange with.
+            Stmt::Shuffle { .. } => Err(EvalError::Unsupported(
+                "a warp shuffle runs only on a GPU (the lockstep interpreter runs it)".into(),
+            )),
         }
     }
 }

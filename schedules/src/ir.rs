@@ -208,6 +208,23 @@ pub enum Stmt {
     Seq(Vec<Stmt>),
     /// A barrier among the threads of a GPU block (`__syncthreads`); a no-op on the CPU.
     Sync,
+    /// `buf[index] = value`, with `value` as the thread of the same GPU warp whose lane is
+    /// this thread's lane XOR `lane_xor` evaluates it (a butterfly exchange, PTX's
+    /// `shfl.sync.bfly` over the whole warp). A warp is 32 threads of consecutive linear
+    /// index; all 32 must run the statement together, which the GPU verifier checks
+    /// statically (directly inside a `threadIdx.x` loop of a whole number of warps, no
+    /// branch between) and the lockstep interpreter dynamically. There is no CPU meaning:
+    /// the CPU code generator and interpreter refuse it.
+    Shuffle {
+        /// Buffer written (the thread's own element).
+        buf: BufId,
+        /// Element offset, evaluated by the writing thread.
+        index: Expr,
+        /// Value exchanged, evaluated by the partner thread; of the buffer's dtype.
+        value: Expr,
+        /// The partner's lane is this lane XOR `lane_xor`, below 32.
+        lane_xor: u32,
+    },
 }
 
 /// One lowered kernel.
@@ -247,7 +264,7 @@ impl Stmt {
                 .unrolled_copies()
                 .saturating_add(otherwise.as_deref().map_or(0, Stmt::unrolled_copies)),
             Stmt::Allocate { body, .. } => body.unrolled_copies(),
-            Stmt::Store { .. } | Stmt::Sync => 1,
+            Stmt::Store { .. } | Stmt::Shuffle { .. } | Stmt::Sync => 1,
         }
     }
 }
@@ -274,7 +291,7 @@ impl Stmt {
                 }
             }
             Stmt::Seq(v) => v.iter().for_each(|s| s.visit(f)),
-            Stmt::Store { .. } | Stmt::Sync => {}
+            Stmt::Store { .. } | Stmt::Shuffle { .. } | Stmt::Sync => {}
         }
     }
 
@@ -307,7 +324,7 @@ impl Stmt {
                 otherwise: otherwise.as_ref().map(|o| Box::new(f(o))),
             },
             Stmt::Seq(v) => Stmt::Seq(v.iter().map(f).collect()),
-            Stmt::Store { .. } | Stmt::Sync => self.clone(),
+            Stmt::Store { .. } | Stmt::Shuffle { .. } | Stmt::Sync => self.clone(),
         }
     }
 
@@ -319,6 +336,17 @@ impl Stmt {
                 buf: store_buf(*buf),
                 index: f(index),
                 value: f(value),
+            },
+            Stmt::Shuffle {
+                buf,
+                index,
+                value,
+                lane_xor,
+            } => Stmt::Shuffle {
+                buf: store_buf(*buf),
+                index: f(index),
+                value: f(value),
+                lane_xor: *lane_xor,
             },
             Stmt::If {
                 cond,
@@ -385,6 +413,19 @@ impl StmtPrinter<'_> {
             Stmt::Store { buf, index, value } => {
                 out.push_str(&format!(
                     "{pad}{}[{}] = {}\n",
+                    self.func.buffer(*buf).name,
+                    self.expr(index),
+                    self.expr(value)
+                ));
+            }
+            Stmt::Shuffle {
+                buf,
+                index,
+                value,
+                lane_xor,
+            } => {
+                out.push_str(&format!(
+                    "{pad}{}[{}] = shuffle_xor({}, {lane_xor})\n",
                     self.func.buffer(*buf).name,
                     self.expr(index),
                     self.expr(value)

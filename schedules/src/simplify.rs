@@ -506,6 +506,17 @@ impl Simplifier {
                     .collect();
                 Stmt::seq(items)
             }
+            Stmt::Shuffle {
+                buf,
+                index,
+                value,
+                lane_xor,
+            } => Stmt::Shuffle {
+                buf: *buf,
+                index: self.expr(index),
+                value: self.expr(value),
+                lane_xor: *lane_xor,
+            },
             Stmt::Sync => Stmt::Sync,
         }
     }

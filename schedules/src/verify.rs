@@ -140,6 +140,30 @@ impl Verifier<'_> {
                 Ok(())
             }
             Stmt::Seq(v) => v.iter().try_for_each(|x| self.stmt(x, in_vector)),
+            Stmt::Shuffle {
+                buf,
+                index,
+                value,
+                lane_xor,
+            } => {
+                if in_vector {
+                    return Err("warp shuffle inside a vectorized loop".into());
+                }
+                if *lane_xor >= 32 {
+                    return Err(format!(
+                        "warp shuffle with lane mask {lane_xor}, past the 32 lanes of a warp"
+                    ));
+                }
+                // The same checks as a store's.
+                self.stmt(
+                    &Stmt::Store {
+                        buf: *buf,
+                        index: index.clone(),
+                        value: value.clone(),
+                    },
+                    false,
+                )
+            }
             Stmt::Sync if in_vector => Err("barrier inside a vectorized loop".into()),
             Stmt::Sync => Ok(()),
         }

@@ -1,8 +1,9 @@
 //! Cross-thread reduction (`lower::allreduce`): a reduce loop bound to `threadIdx.x` lowers to
-//! per-thread partial results combined in shared memory. Hand schedules with rows on
-//! `blockIdx.x` and the reduction on 32 and on 12 threads (a non-power of two) pass the GPU
-//! verifier and agree with the evaluator in the lockstep interpreter (which reports any race);
-//! a kernel with one of its barriers removed is caught as a race.
+//! per-thread partial results combined by warp shuffles (whole warps) or in shared memory
+//! (other thread counts). Hand schedules with rows on `blockIdx.x` and the reduction on 1 to
+//! 8 warps and on 12 and 7 threads pass the GPU verifier and agree with the evaluator in the
+//! lockstep interpreter (which reports any race); a kernel with one of its barriers removed is
+//! caught as a race, and one whose shuffles half a warp runs is refused by both.
 
 mod common;
 use common::{dag, inputs};
@@ -71,11 +72,100 @@ fn a_row_sum_on_32_and_on_12_threads_agrees_with_the_evaluator() {
         let u = verify_gpu(&f, &sm90()).expect("verified above");
         assert_eq!(u.launch.grid, [5, 1, 1]);
         assert_eq!(u.launch.block, [threads as u32, 1, 1]);
-        // One partial result per thread in shared memory.
-        assert_eq!(u.shared_bytes, 4 * threads as u64);
-        // Before and after the partials, and one per tree step: 5 steps for 32, 4 for 12.
-        let steps = if threads == 32 { 5 } else { 4 };
-        assert_eq!(syncs(&f.body), 2 + steps, "{f}");
+        if threads == 32 {
+            // One warp: its shuffles fold all 32 partials; one result in shared memory,
+            // barriers before and after it only.
+            assert_eq!(u.shared_bytes, 4);
+            assert_eq!(syncs(&f.body), 2, "{f}");
+            assert_eq!(shuffles(&f.body), 5, "{f}");
+        } else {
+            // One partial result per thread in shared memory; barriers before and after
+            // the partials, and one per tree step (4 for 12 threads).
+            assert_eq!(u.shared_bytes, 4 * threads as u64);
+            assert_eq!(syncs(&f.body), 2 + 4, "{f}");
+            assert_eq!(shuffles(&f.body), 0, "{f}");
+        }
+    }
+}
+
+#[test]
+fn whole_warps_reduce_by_shuffles_then_one_value_per_warp() {
+    // 2, 3 (a non-power of two of warps), 4 and 8 warps; sums, maxima and integer sums;
+    // rows of several block widths, and one (130 on 128 threads) whose last pass is ragged.
+    let sum = dag("reduce_sum:M=3,N=700");
+    let ragged = dag("reduce_sum:M=2,N=130");
+    let max = reduce_max(3, 300);
+    let int = dag("reduce_sum:M=3,N=200,dtype=i32");
+    for (d, threads) in [
+        (&sum, 64),
+        (&sum, 96),
+        (&sum, 256),
+        (&ragged, 128),
+        (&max, 96),
+        (&int, 64),
+    ] {
+        let f = agrees(d, &rows_on_blocks(d, threads), threads as u64);
+        let u = verify_gpu(&f, &sm90()).expect("verified above");
+        let warps = threads / 32;
+        assert_eq!(u.shared_bytes, 4 * warps as u64, "{f}");
+        // Before the partials, after them, after the first warp's fold.
+        assert_eq!(syncs(&f.body), 3, "{f}");
+        // Five exchanges in each warp, then log2 of the warps rounded up in the first.
+        let second = (warps as u64).next_power_of_two().trailing_zeros() as usize;
+        assert_eq!(shuffles(&f.body), 5 + second, "{f}");
+    }
+}
+
+fn shuffles(s: &Stmt) -> usize {
+    let mut n = 0;
+    s.visit(&mut |x| n += matches!(x, Stmt::Shuffle { .. }) as usize);
+    n
+}
+
+/// `s` with its shuffles run only by the threads whose `threadIdx.x` variable `tx` is
+/// below 16: half of each warp.
+fn half_warp_shuffles(s: &Stmt, tx: &expr::Var) -> Stmt {
+    match s {
+        Stmt::Shuffle { .. } => Stmt::If {
+            cond: expr::Expr::var(tx).lt(16i64),
+            then: Box::new(s.clone()),
+            otherwise: None,
+        },
+        Stmt::For {
+            var,
+            kind: tensortune_schedules::ir::ForKind::ThreadBound(ThreadAxis::ThreadX),
+            ..
+        } if var != tx => s.clone(),
+        other => other.map_children(&mut |c| half_warp_shuffles(c, tx)),
+    }
+}
+
+#[test]
+fn a_shuffle_that_half_a_warp_runs_is_refused_by_the_verifier_and_the_interpreter() {
+    let d = dag("reduce_sum:M=2,N=64");
+    let f = lower(&rows_on_blocks(&d, 32)).expect("lower");
+    let mut tx = None;
+    f.body.visit(&mut |s| {
+        if let Stmt::For {
+            var,
+            kind: tensortune_schedules::ir::ForKind::ThreadBound(ThreadAxis::ThreadX),
+            ..
+        } = s
+        {
+            tx.get_or_insert(*var);
+        }
+    });
+    let tx = tx.expect("a threadIdx.x loop");
+    let mut g = f.clone();
+    g.body = half_warp_shuffles(&f.body, &tx);
+    assert_eq!(shuffles(&g.body), 5);
+    match verify_gpu(&g, &sm90()) {
+        Err(e) => assert!(e.to_string().contains("condition on thread index"), "{e}"),
+        Ok(_) => panic!("verified a half-warp shuffle\n{g}"),
+    }
+    match run_lockstep(&g, &inputs(&d, 4)) {
+        Err(GpuEvalError::PartialWarpShuffle { lane, .. }) => assert_eq!(lane, 16),
+        r => panic!("ran a half-warp shuffle: {r:?}\n{g}"),
     }
 }
 
@@ -159,21 +249,26 @@ fn drop_sync(s: &Stmt, n: &mut usize) -> Stmt {
 #[test]
 fn a_missing_barrier_is_a_race() {
     let d = dag("reduce_sum:M=5,N=37");
-    let f = lower(&rows_on_blocks(&d, 32)).expect("lower");
-    let ins = inputs(&d, 9);
-    assert!(run_lockstep(&f, &ins).is_ok());
-    // Barriers 1 to 5 (after the partials, between the tree steps 16, 8, 4, 2, 1) each order
-    // one thread's write before another's read. (Barrier 0 fences a previous use of the
-    // array and the last one the result: neither is a race in this kernel, where thread 0
-    // reads only what it wrote.)
-    for drop in 1..=5 {
-        let mut g = f.clone();
-        let mut n = drop;
-        g.body = drop_sync(&f.body, &mut n);
-        assert_eq!(syncs(&g.body), syncs(&f.body) - 1);
-        match run_lockstep(&g, &ins) {
-            Err(GpuEvalError::Race { buffer, .. }) => assert_eq!(buffer, "Y.red", "{g}"),
-            r => panic!("barrier {drop} removed: {r:?}\n{g}"),
+    // The shared-memory tree (12 threads: steps 8, 4, 2, 1 with 4, 4, 2, 1 threads): barriers
+    // 1, 3 and 4 (after the partials, before the steps 2 and 1) each order one thread's write
+    // before another's read. (Barrier 0 fences a previous use of the array, barrier 2 the
+    // step of 8, whose threads 0..4 read only what they wrote and what the partials did, and
+    // the last one the result: none is a race in this kernel.)
+    // By shuffles (64 threads, two warps): barrier 1 orders the second warp's partial
+    // before the first warp's read of it.
+    for (threads, racy) in [(12, vec![1, 3, 4]), (64, vec![1])] {
+        let f = lower(&rows_on_blocks(&d, threads)).expect("lower");
+        let ins = inputs(&d, 9);
+        assert!(run_lockstep(&f, &ins).is_ok());
+        for drop in racy {
+            let mut g = f.clone();
+            let mut n = drop;
+            g.body = drop_sync(&f.body, &mut n);
+            assert_eq!(syncs(&g.body), syncs(&f.body) - 1);
+            match run_lockstep(&g, &ins) {
+                Err(GpuEvalError::Race { buffer, .. }) => assert_eq!(buffer, "Y.red", "{g}"),
+                r => panic!("{threads} threads, barrier {drop} removed: {r:?}\n{g}"),
+            }
         }
     }
 }

@@ -21,7 +21,7 @@ fn stores(s: &Stmt, guarded: bool, n: &mut (usize, usize)) {
             }
         }
         Stmt::Seq(v) => v.iter().for_each(|x| stores(x, guarded, n)),
-        Stmt::Store { .. } => {
+        Stmt::Store { .. } | Stmt::Shuffle { .. } => {
             if guarded {
                 n.1 += 1
             } else {

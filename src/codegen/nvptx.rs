@@ -298,29 +298,13 @@ impl<'ctx> PtxGen<'ctx, '_> {
     fn stmt(&mut self, s: &Stmt) -> Res<()> {
         match s {
             Stmt::Seq(items) => items.iter().try_for_each(|x| self.stmt(x)),
-            Stmt::Store { buf, index, value } => {
-                let dtype = self.decl(*buf)?.dtype;
-                if value.dtype() != dtype {
-                    return Err(invalid(format!(
-                        "store of {} into a {dtype} buffer",
-                        value.dtype()
-                    )));
-                }
-                let v = self.expr(value)?;
-                let v = match (dtype, v) {
-                    (DType::Bool, V::IntValue(i)) => self
-                        .b
-                        .build_int_z_extend(i, self.cx.i8_type(), "b8")?
-                        .into(),
-                    _ => v,
-                };
-                let p = self.address(*buf, index)?;
-                self.b
-                    .build_store(p, v)?
-                    .set_alignment(dtype.bytes() as u32)
-                    .map_err(|e| CodegenError::Llvm(e.to_string()))?;
-                Ok(())
-            }
+            Stmt::Store { buf, index, value } => self.store(*buf, index, value, None),
+            Stmt::Shuffle {
+                buf,
+                index,
+                value,
+                lane_xor,
+            } => self.store(*buf, index, value, Some(*lane_xor)),
             Stmt::For {
                 var,
                 extent,
@@ -362,6 +346,100 @@ impl<'ctx> PtxGen<'ctx, '_> {
                 Ok(())
             }
         }
+    }
+
+    /// `buf[index] = value`; with `lane_xor`, the value is the one the warp lane at this
+    /// lane XOR `lane_xor` computed (a [`Stmt::Shuffle`]).
+    fn store(&mut self, buf: BufId, index: &Expr, value: &Expr, lane_xor: Option<u32>) -> Res<()> {
+        let dtype = self.decl(buf)?.dtype;
+        if value.dtype() != dtype {
+            return Err(invalid(format!(
+                "store of {} into a {dtype} buffer",
+                value.dtype()
+            )));
+        }
+        let mut v = self.expr(value)?;
+        if let Some(m) = lane_xor {
+            v = self.shuffle_xor(v, dtype, m)?;
+        }
+        let v = match (dtype, v) {
+            (DType::Bool, V::IntValue(i)) => self
+                .b
+                .build_int_z_extend(i, self.cx.i8_type(), "b8")?
+                .into(),
+            _ => v,
+        };
+        let p = self.address(buf, index)?;
+        self.b
+            .build_store(p, v)?
+            .set_alignment(dtype.bytes() as u32)
+            .map_err(|e| CodegenError::Llvm(e.to_string()))?;
+        Ok(())
+    }
+
+    /// `v` of the warp lane at this lane XOR `m`: `shfl.sync.bfly` over the full warp (mask
+    /// all ones, clamp 31). The instruction moves 32 bits: a 64-bit value goes in two halves,
+    /// a bool widened to 32 bits.
+    fn shuffle_xor(&mut self, v: V<'ctx>, dtype: DType, m: u32) -> Res<V<'ctx>> {
+        if m >= 32 {
+            return Err(invalid(format!("warp shuffle with lane mask {m}")));
+        }
+        let i32t = self.cx.i32_type();
+        let i64t = self.cx.i64_type();
+        let all = i32t.const_all_ones();
+        let lane = i32t.const_int(m as u64, false);
+        let clamp = i32t.const_int(31, false);
+        let word = |g: &mut Self, x: IntValue<'ctx>| -> Res<IntValue<'ctx>> {
+            let r = g
+                .call_intrinsic(
+                    "llvm.nvvm.shfl.sync.bfly.i32",
+                    &[],
+                    &[all.into(), x.into(), lane.into(), clamp.into()],
+                )?
+                .ok_or_else(|| CodegenError::Llvm("shfl.sync.bfly returned nothing".into()))?;
+            int(r)
+        };
+        Ok(match dtype {
+            DType::F32 => self
+                .call_intrinsic(
+                    "llvm.nvvm.shfl.sync.bfly.f32",
+                    &[],
+                    &[all.into(), v, lane.into(), clamp.into()],
+                )?
+                .ok_or_else(|| CodegenError::Llvm("shfl.sync.bfly returned nothing".into()))?,
+            DType::I32 => word(self, int(v)?)?.into(),
+            DType::Bool => {
+                let w = self.b.build_int_z_extend(int(v)?, i32t, "w")?;
+                let r = word(self, w)?;
+                self.b
+                    .build_int_compare(IntPredicate::NE, r, i32t.const_zero(), "b")?
+                    .into()
+            }
+            DType::I64 | DType::F64 => {
+                let bits = match v {
+                    V::FloatValue(f) => self.b.build_bit_cast(f, i64t, "bits")?.into_int_value(),
+                    _ => int(v)?,
+                };
+                let lo = self.b.build_int_truncate(bits, i32t, "lo")?;
+                let hi = self
+                    .b
+                    .build_right_shift(bits, i64t.const_int(32, false), false, "hi")?;
+                let hi = self.b.build_int_truncate(hi, i32t, "hi")?;
+                let lo = word(self, lo)?;
+                let hi = word(self, hi)?;
+                let lo = self.b.build_int_z_extend(lo, i64t, "lo")?;
+                let hi = self.b.build_int_z_extend(hi, i64t, "hi")?;
+                let hi = self
+                    .b
+                    .build_left_shift(hi, i64t.const_int(32, false), "hi")?;
+                let bits = self.b.build_or(hi, lo, "bits")?;
+                if dtype == DType::F64 {
+                    self.b.build_bit_cast(bits, self.cx.f64_type(), "f")?
+                } else {
+                    bits.into()
+                }
+            }
+        })
     }
 
     /// `if c { then } else { otherwise }`: one block per arm, each ending at `endif`.

@@ -179,7 +179,11 @@ pub(crate) fn extract_rows(func: &LoweredFunc) -> (Vec<f32>, usize) {
     let mut store_users = vec![0u32; func.buffers.len()];
     let mut stores = 0usize;
     func.body.visit(&mut |s| {
-        if let Stmt::Store { buf, index, value } = s {
+        if let Stmt::Store { buf, index, value }
+        | Stmt::Shuffle {
+            buf, index, value, ..
+        } = s
+        {
             stores += 1;
             let mut seen: Vec<BufId> = vec![*buf];
             let mut note = |e: &Expr| {
@@ -251,6 +255,11 @@ impl<'f> Walker<'f> {
                 self.guards.pop();
             }
             Stmt::Seq(v) => v.iter().for_each(|s| self.stmt(s)),
+            // A register exchange within a warp: a row like a store's (its value's
+            // arithmetic and loads count where they happen, in the partner thread).
+            Stmt::Shuffle {
+                buf, index, value, ..
+            } => self.store(*buf, index, value),
             Stmt::Sync => {}
         }
     }

@@ -127,6 +127,17 @@ pub enum GpuEvalError {
         /// `threadIdx` of one thread that does not reach it.
         missing: [u32; 3],
     },
+    /// A warp shuffle run by some but not all lanes of a warp (on a GPU, undefined values
+    /// from the missing lanes, or a hang).
+    #[error("warp shuffle run by thread ({}, {}, {}) of block ({}, {}, {}) without lane {lane} of its warp ({} threads per warp)", .thread[0], .thread[1], .thread[2], .block[0], .block[1], .block[2], WARP)]
+    PartialWarpShuffle {
+        /// `blockIdx` of the block.
+        block: [u32; 3],
+        /// `threadIdx` of a thread that runs it.
+        thread: [u32; 3],
+        /// A lane of its warp that does not (or does not exist).
+        lane: u32,
+    },
     /// A launch past [`MAX_LAUNCH_THREADS`] or a run past [`MAX_WORK`].
     #[error("too large to interpret: {size} {what}, over the cap of {limit}")]
     TooLarge {
@@ -145,6 +156,9 @@ pub enum GpuEvalError {
     #[error(transparent)]
     Launch(#[from] LaunchError),
 }
+
+/// Threads of a warp: consecutive linear thread indices, as on every NVIDIA GPU.
+pub const WARP: u32 = 32;
 
 /// No thread or block, in an [`ElemLog`] slot.
 const NOBODY: u32 = u32::MAX;
@@ -492,6 +506,12 @@ impl Lockstep<'_> {
                 }
             }
             Stmt::Seq(v) => v.iter().try_for_each(|x| self.exec(x, active)),
+            Stmt::Shuffle {
+                buf,
+                index,
+                value,
+                lane_xor,
+            } => self.shuffle(*buf, index, value, *lane_xor, active),
             Stmt::Sync => {
                 if active.len() as u64 != self.threads as u64 {
                     // `active` is ascending: the first index it skips is a missing thread.
@@ -510,6 +530,59 @@ impl Lockstep<'_> {
                 Ok(())
             }
         }
+    }
+
+    /// A butterfly exchange among the lanes of each warp with an active thread: every lane
+    /// must be active. All values are evaluated (each by its own thread) before any is
+    /// stored, as the warp's lanes exchange registers at once.
+    fn shuffle(
+        &mut self,
+        buf: BufId,
+        index: &Expr,
+        value: &Expr,
+        lane_xor: u32,
+        active: &[u32],
+    ) -> Result<(), GpuEvalError> {
+        if lane_xor >= WARP {
+            return Err(EvalError::Unsupported(format!(
+                "warp shuffle with lane mask {lane_xor}, past the {WARP} lanes of a warp"
+            ))
+            .into());
+        }
+        // `active` is ascending: each warp's lanes, where all present, are a run of 32
+        // consecutive entries starting at a multiple of 32.
+        let mut k = 0;
+        while k < active.len() {
+            let first = active[k] / WARP * WARP;
+            for lane in 0..WARP {
+                if active.get(k + lane as usize) != Some(&(first + lane)) {
+                    return Err(GpuEvalError::PartialWarpShuffle {
+                        block: self.block_xyz,
+                        thread: coords(active[k], self.dims.block),
+                        lane,
+                    });
+                }
+            }
+            k += WARP as usize;
+        }
+        let mut values = Vec::with_capacity(active.len());
+        for &t in active {
+            let v = scalar::eval(value, &mut ThreadEnv { m: self, t }).map_err(|e| self.lift(e))?;
+            values.push(v);
+        }
+        for (k, &t) in active.iter().enumerate() {
+            // The partner is in the same run of 32: flipping bits below 32 keeps the warp.
+            let partner = k ^ lane_xor as usize;
+            let v = values[partner];
+            let r = (|| {
+                let i = eval_index(index, &mut ThreadEnv { m: self, t })?;
+                let e = self.log(buf, t, i, AccessKind::Write)?;
+                self.live(buf, t)?.set(e, v);
+                Ok(())
+            })();
+            r.map_err(|e| self.lift(e))?;
+        }
+        Ok(())
     }
 
     fn set_var(&mut self, t: u32, v: usize, value: i64) -> Result<(), GpuEvalError> {

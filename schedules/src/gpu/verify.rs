@@ -24,7 +24,12 @@
 //!    bound loop is fine: every thread of the block reaches it;
 //! 8. a `Global` temporary is not allocated inside a bound loop (one per block or thread;
 //!    a kernel cannot allocate device memory);
-//! 9. every buffer named by a store or an allocation is in the function's table.
+//! 9. every buffer named by a store or an allocation is in the function's table;
+//! 10. a warp shuffle ([`Stmt::Shuffle`]) is run by whole warps: it lies inside a loop bound
+//!     to `threadIdx.x` whose extent is a multiple of the warp size, the block's x extent is
+//!     one too (so that each warp is 32 threads of one row, all inside that loop or all
+//!     outside it), no `If` on a thread index and no vectorized loop lies around it, and its
+//!     buffer passes the store checks of 6.
 //!
 //! Not checked: registers (only `ptxas` knows them), local memory (its limit is far above
 //! what a schedule asks), conditions that diverge through a loaded value rather than a thread
@@ -169,6 +174,14 @@ pub enum GpuVerifyError {
         /// The thread-bound variable the condition reads.
         var: String,
     },
+    /// A warp shuffle that some lanes of a warp may not run together (check 10).
+    #[error("warp shuffle into `{buffer}` {reason}: all the lanes of a warp must run it together")]
+    PartialWarpShuffle {
+        /// The buffer the shuffle writes.
+        buffer: String,
+        /// What breaks the warp, e.g. "inside a condition on thread index `t`".
+        reason: String,
+    },
     /// A global temporary inside a bound loop.
     #[error(
         "global temporary `{buffer}` allocated inside bound loop `{var}`: one per block or \
@@ -248,6 +261,7 @@ pub fn verify_gpu(f: &LoweredFunc, desc: &CudaDesc) -> Result<GpuUsage, GpuVerif
         shared: Vec::new(),
         shared_bytes: 0,
         local_bytes: 0,
+        warp_size: desc.warp_size.max(1),
     };
     w.stmt(&f.body)?;
     if w.shared_bytes > desc.shared_memory_per_block {
@@ -290,6 +304,8 @@ struct Walk<'f> {
     shared: Vec<String>,
     shared_bytes: u64,
     local_bytes: u64,
+    /// Threads of a warp on the GPU described.
+    warp_size: u32,
 }
 
 impl<'f> Walk<'f> {
@@ -338,6 +354,10 @@ impl<'f> Walk<'f> {
             }
             Stmt::Seq(items) => items.iter().try_for_each(|x| self.stmt(x)),
             Stmt::Sync => self.sync(),
+            Stmt::Shuffle { buf, .. } => {
+                self.shuffle(*buf)?;
+                self.store(*buf)
+            }
         }
     }
 
@@ -471,6 +491,35 @@ impl<'f> Walk<'f> {
             Scope::Global => {}
         }
         Ok(())
+    }
+
+    fn shuffle(&self, buf: BufId) -> Result<(), GpuVerifyError> {
+        let warp = self.warp_size as i64;
+        let reason = if let Some(var) = self.vector {
+            Some(format!("inside vectorized loop `{var}`"))
+        } else if let Some(var) = self.divergent {
+            Some(format!("inside a condition on thread index `{var}`"))
+        } else {
+            let block_x = self.launch.extent(ThreadAxis::ThreadX) as i64;
+            match self.bound[3] {
+                None => Some("outside every loop bound to `threadIdx.x`".to_string()),
+                Some((var, extent)) if extent % warp != 0 => Some(format!(
+                    "inside loop `{var}` bound to `threadIdx.x` with extent {extent}, not a \
+                     multiple of the {warp}-thread warp"
+                )),
+                Some(_) if block_x % warp != 0 => Some(format!(
+                    "in a block {block_x} threads wide, not a multiple of the {warp}-thread warp"
+                )),
+                Some(_) => None,
+            }
+        };
+        match reason {
+            Some(reason) => Err(GpuVerifyError::PartialWarpShuffle {
+                buffer: self.decl(buf)?.name.clone(),
+                reason,
+            }),
+            None => Ok(()),
+        }
     }
 
     fn sync(&self) -> Result<(), GpuVerifyError> {

@@ -665,8 +665,17 @@ impl<'a> Lowerer<'a> {
             });
             id
         };
-        let red = temp(self, "red", threads, Scope::Shared);
+        // Whole warps combine through shuffles, leaving one partial per warp for shared
+        // memory; other thread counts combine every partial there.
+        let shuffle = threads % allreduce::WARP == 0;
+        let partials = if shuffle {
+            threads / allreduce::WARP
+        } else {
+            threads
+        };
+        let red = temp(self, "red", partials, Scope::Shared);
         let acc = temp(self, "acc", 1, Scope::Local);
+        let lane = shuffle.then(|| temp(self, "lane", 1, Scope::Local));
         let x = allreduce::CrossThread {
             combiner: *combiner,
             dtype,
@@ -678,6 +687,7 @@ impl<'a> Lowerer<'a> {
             out_index: store_index,
             red,
             acc,
+            lane,
         };
         let loops: Vec<(Var, i64, ForKind)> = leaf_vars[first..]
             .iter()

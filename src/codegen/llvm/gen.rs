@@ -361,6 +361,9 @@ impl<'ctx> Gen<'ctx, '_> {
                 }
             }
             Stmt::Sync => Ok(()),
+            Stmt::Shuffle { .. } => Err(CodegenError::Unsupported(
+                "a warp shuffle on the CPU (it exchanges registers among GPU threads)".into(),
+            )),
         }
     }
 

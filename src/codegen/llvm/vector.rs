@@ -70,7 +70,7 @@ pub(super) fn can_vectorize(body: &Stmt, v: u32) -> bool {
     let mut ok = true;
     let mut stores: HashMap<BufId, Expr> = HashMap::new();
     body.visit(&mut |s| match s {
-        Stmt::For { .. } | Stmt::Allocate { .. } | Stmt::Sync => ok = false,
+        Stmt::For { .. } | Stmt::Allocate { .. } | Stmt::Sync | Stmt::Shuffle { .. } => ok = false,
         Stmt::Store { buf, index, .. } => {
             if !matches!(stride_of(index, v), Some(s) if s != 0) {
                 ok = false;
