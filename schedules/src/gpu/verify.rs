@@ -1048,4 +1048,56 @@ mod tests {
             Err(GpuVerifyError::UnknownBuffer { id: 9, .. })
         ));
     }
+
+    /// `buf[0] = shuffle_xor(A[0], 1)` into local temporary 2.
+    fn shuffle() -> Stmt {
+        Stmt::Shuffle {
+            buf: BufId(2),
+            index: Expr::int(0),
+            value: load(0, DType::F32, Expr::int(0)),
+            lane_xor: 1,
+        }
+    }
+
+    /// `tx` loops of `n` threads (and of `wide` beside it, to widen the block) around a
+    /// shuffle, with `wrap` between the loop and the shuffle.
+    fn shuffling(n: i64, wide: i64, wrap: impl Fn(Stmt) -> Stmt) -> LoweredFunc {
+        let (i, j) = (v(0, "i"), v(1, "j"));
+        let body = Stmt::seq(vec![
+            tx(i, n, alloc(2, wrap(shuffle()))),
+            tx(j, wide, store(1, Expr::var(&j))),
+        ]);
+        func(vec![temp("lane", DType::F32, 1, Scope::Local)], body)
+    }
+
+    #[test]
+    fn a_shuffle_must_run_on_whole_warps() {
+        let reason = |f: &LoweredFunc| match check(f) {
+            Err(GpuVerifyError::PartialWarpShuffle { buffer, reason }) => {
+                assert_eq!(buffer, "lane");
+                reason
+            }
+            r => panic!("{r:?}\n{f}"),
+        };
+        assert!(check(&shuffling(64, 64, |s| s)).is_ok());
+        // A serial loop between keeps the warp together.
+        let k = v(3, "k");
+        assert!(check(&shuffling(32, 64, |s| looped(k, 4, ForKind::Serial, s))).is_ok());
+        assert!(reason(&shuffling(48, 48, |s| s)).contains("extent 48, not a multiple"));
+        assert!(reason(&shuffling(32, 48, |s| s)).contains("48 threads wide"));
+        let cond = |s| Stmt::If {
+            cond: Expr::var(&v(0, "i")).lt(16i64),
+            then: Box::new(s),
+            otherwise: None,
+        };
+        assert!(reason(&shuffling(64, 64, cond)).contains("condition on thread index `i`"));
+        let vec = |s| looped(v(3, "k"), 4, ForKind::Vectorized, s);
+        assert!(reason(&shuffling(64, 64, vec)).contains("vectorized loop `k`"));
+        // Outside every thread loop.
+        let f = func(
+            vec![temp("lane", DType::F32, 1, Scope::Local)],
+            Stmt::seq(vec![alloc(2, shuffle()), copy(64)]),
+        );
+        assert!(reason(&f).contains("outside every loop bound to `threadIdx.x`"));
+    }
 }
