@@ -205,7 +205,8 @@ fn step<T, E: std::fmt::Display>(r: Result<T, E>, what: &str) -> T {
 }
 
 /// A 64x64x64 matmul in 16x16 blocks of 16x16 threads, with `A` and `B` staged through
-/// shared memory per step of 8 along k (the schedule of a GPU sketch, by hand).
+/// shared memory per step of 8 along k by the block's threads together (the schedule of a
+/// GPU sketch, by hand).
 fn shared_matmul() -> LoweredFunc {
     let dag = WorkloadSpec::parse("matmul:M=64,N=64,K=64")
         .and_then(|w| w.build())
@@ -231,6 +232,15 @@ fn shared_matmul() -> LoweredFunc {
     }
     step(s.compute_at(a, c, 4), "A.shared at ko");
     step(s.compute_at(b, c, 4), "B.shared at ko");
+    // Each copy spread over the block's threads (16 x 8 and 8 x 16 of its 16 x 16), so that
+    // no two threads write one element.
+    for copy in [a, b] {
+        step(s.bind(copy, 0, ThreadAxis::ThreadX), "bind the copy's rows");
+        step(
+            s.bind(copy, 1, ThreadAxis::ThreadY),
+            "bind the copy's columns",
+        );
+    }
     lower(&s).unwrap_or_else(|e| panic!("lowers: {e}\n{s}"))
 }
 
@@ -376,7 +386,7 @@ fn sampled_gpu_candidates_of_every_op_assemble_as_verified() {
         let sketches = generate_for(&d, &opts, &target, &gpu_rules());
         assert!(!sketches.is_empty(), "{spec}: no GPU sketch");
         let mut rng = rand::rngs::ChaCha8Rng::seed_from_u64(11);
-        let (mut assembled, mut refused) = (0, 0);
+        let (mut assembled, mut refused, mut wide) = (0, 0, 0);
         for n in 0..draws {
             let sk = &sketches[n % sketches.len()];
             let dec = sample(sk, &mut rng, &opts);
@@ -406,8 +416,21 @@ fn sampled_gpu_candidates_of_every_op_assemble_as_verified() {
                 "{spec}: {info:?}"
             );
             assembled += 1;
+            // Cooperative fetches whose lanes are provably contiguous and aligned move
+            // 8 or 16 bytes per instruction.
+            // (Read-only inputs load through the non-coherent cache: `ld.global.nc.v4.f32`.)
+            wide +=
+                usize::from(ptx.lines().any(|l| {
+                    l.contains("ld.global") && (l.contains(".v2.") || l.contains(".v4."))
+                }));
         }
-        eprintln!("{spec}: {assembled} assembled, {refused} refused by the verifier");
+        eprintln!(
+            "{spec}: {assembled} assembled ({wide} with vector loads), {refused} refused by the \
+             verifier"
+        );
+        if spec.starts_with("matmul") || spec.starts_with("batch_matmul") {
+            assert!(wide >= 2, "{spec}: {wide} of {assembled} with vector loads");
+        }
         assert!(
             assembled * 2 >= draws,
             "{spec}: only {assembled} of {draws} candidates verify"

@@ -506,3 +506,57 @@ fn golden_shared_matmul_ptx() {
         "PTX of the shared matmul changed; rerun with BLESS=1 and review the diff"
     );
 }
+
+/// A block of 16 threads copies 64 elements of `A` into a shared array, 4 a thread through a
+/// vectorized loop, and back into `B`: `S[t * 4 + l] = A[t * 4 + l + offset]`.
+fn vector_fetch(offset: i64) -> LoweredFunc {
+    let (t, l, u) = (Var::new(0, "t"), Var::new(1, "l"), Var::new(2, "u"));
+    let lane = Expr::var(&t) * 4i64 + Expr::var(&l);
+    let fetch = Stmt::For {
+        var: t,
+        extent: 16,
+        kind: ForKind::ThreadBound(ThreadAxis::ThreadX),
+        body: Box::new(Stmt::For {
+            var: l,
+            extent: 4,
+            kind: ForKind::Vectorized,
+            body: Box::new(Stmt::Store {
+                buf: BufId(2),
+                index: lane.clone(),
+                value: load(0, lane + offset),
+            }),
+        }),
+    };
+    let body = Stmt::Allocate {
+        buf: BufId(2),
+        body: Box::new(Stmt::seq(vec![
+            fetch,
+            Stmt::Sync,
+            thread_store(u, 64, 1, load(2, Expr::var(&u))),
+        ])),
+    };
+    let mut f = hand_built(
+        "vector_fetch",
+        68,
+        vec![f32_buffer("S", 64, BufKind::Temp, Scope::Shared)],
+        body,
+    );
+    f.num_vars = 3;
+    f
+}
+
+#[test]
+fn a_contiguous_aligned_vectorized_copy_is_one_wide_load_and_store() {
+    let wide = emit_ptx(&vector_fetch(0), ARCH).expect("PTX");
+    assert!(wide.contains("ld.global.nc.v4.f32"), "{wide}");
+    assert!(wide.contains("st.shared.v4.f32"), "{wide}");
+    assemble(&wide, "vector_fetch");
+    // One element off a multiple of 4: the loads are contiguous but not 16-byte aligned, so
+    // they stay four scalar loads (a misaligned vector load faults on the GPU). (The stores
+    // into the aligned shared array LLVM's own load-store vectorizer may still merge.)
+    let scalar = emit_ptx(&vector_fetch(1), ARCH).expect("PTX");
+    let global_loads: Vec<&str> = scalar.lines().filter(|l| l.contains("ld.global")).collect();
+    assert_eq!(global_loads.len(), 4, "{scalar}");
+    assert!(global_loads.iter().all(|l| !l.contains(".v")), "{scalar}");
+    assemble(&scalar, "scalar_fetch");
+}

@@ -48,6 +48,7 @@ pub use expr::{BufId, Combiner, Const, DType, Expr, IterVar, TensorId, Var};
 pub mod eval;
 pub mod gpu;
 pub mod interp;
+pub mod lanes;
 pub mod lower;
 pub mod random;
 pub mod scalar;

@@ -13,7 +13,7 @@
 //! Float expressions are only constant-folded: no reassociation, so results do not change.
 
 use crate::expr::{BinOp, CmpOp, Const, DType, Expr};
-use crate::ir::Stmt;
+use crate::ir::{ForKind, Stmt};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet};
 
 /// Inclusive integer ranges of variables, by id.
@@ -442,7 +442,13 @@ impl Simplifier {
                 kind,
                 body,
             } => {
-                if *extent == 1 {
+                // A loop bound to a block or thread axis stays, even of one iteration: on a
+                // GPU it means "only index 0 of a launch that may be wider", while its body
+                // alone would run in every thread (a shared-memory copy every thread makes at
+                // once is a race).
+                let launch_axis =
+                    matches!(kind, ForKind::ThreadBound(a) if crate::gpu::slot(*a).is_some());
+                if *extent == 1 && !launch_axis {
                     let fresh = self.zeros.insert(var.id);
                     let b = self.stmt(body);
                     if fresh {

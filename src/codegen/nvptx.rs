@@ -8,7 +8,9 @@
 //! block or thread per iteration. Where two sibling loop nests bind the same axis with
 //! different extents, the launch covers the larger one and the smaller loop's body runs under
 //! `if idx < extent`. Every other loop (serial, parallel, vectorized, virtual thread) is an
-//! ordinary loop in each thread; unrolled loops are unrolled here up to a budget.
+//! ordinary loop in each thread; unrolled loops are unrolled here up to a budget, and a
+//! vectorized loop that copies 2 or 4 provably contiguous, aligned elements (a cooperative
+//! fetch's share) is one wide load and store (`Gen::vector_copy`).
 //!
 //! This is a separate, scalar generator rather than the CPU one of [`super::llvm`]: that one
 //! is built around the CPU runtime table (parallel loops outlined through it, heap
@@ -318,6 +320,7 @@ impl<'ctx> PtxGen<'ctx, '_> {
                     ForKind::ThreadBound(axis) if slot(*axis).is_some() => {
                         self.bound_loop(var, *extent, *axis, body)
                     }
+                    ForKind::Vectorized if self.vector_copy(var, *extent, body)? => Ok(()),
                     ForKind::Unrolled
                         if extent.saturating_mul(body.unrolled_copies()) <= MAX_UNROLL =>
                     {
@@ -492,6 +495,71 @@ impl<'ctx> PtxGen<'ctx, '_> {
         self.bound_depth -= 1;
         self.set_var(var, None);
         r
+    }
+
+    /// A vectorized loop of `lanes` iterations whose body copies consecutive elements, as a
+    /// cooperative fetch into shared memory does: `dst[i(v)] = src[j(v)]` with both indices
+    /// contiguous in the loop variable and their first element a multiple of `lanes`
+    /// ([`tensortune_schedules::lanes`]), 2 or 4 elements of 4 or 8 bytes, at most 16 bytes,
+    /// between shared and global memory. It becomes one `ld.v2`/`ld.v4` and one
+    /// `st.v2`/`st.v4`, aligned to their width: shared arrays are declared 16-byte aligned and
+    /// device allocations start on 256-byte boundaries. Anything else (a guard, arithmetic,
+    /// a local temporary, an index the analysis cannot prove) returns `false` having emitted
+    /// nothing, and the loop runs as an ordinary one.
+    fn vector_copy(&mut self, var: &Var, lanes: i64, body: &Stmt) -> Res<bool> {
+        let Stmt::Store {
+            buf: dst,
+            index: dst_index,
+            value:
+                Expr::BufLoad {
+                    buf: src,
+                    dtype,
+                    index: src_index,
+                },
+        } = body
+        else {
+            return Ok(false);
+        };
+        let bytes = dtype.bytes() as i64;
+        let fits = matches!(lanes, 2 | 4)
+            && matches!(dtype, DType::F32 | DType::I32 | DType::F64 | DType::I64)
+            && lanes * bytes <= 16;
+        if !fits || self.decl(*dst)?.dtype != *dtype || self.decl(*src)?.dtype != *dtype {
+            return Ok(false);
+        }
+        for (buf, index) in [(dst, dst_index), (src, src_index)] {
+            let d = self.decl(*buf)?;
+            let wide_memory = match d.kind {
+                BufKind::Temp => matches!(d.scope, Scope::Shared | Scope::Global),
+                BufKind::Input(_) | BufKind::Output(_) => true,
+            };
+            if !wide_memory
+                || tensortune_schedules::lanes::lane_stride(index, var.id, lanes) != Some(1)
+                || tensortune_schedules::lanes::divisor(index, var.id) % lanes != 0
+            {
+                return Ok(false);
+            }
+        }
+        self.set_var(var, Some(self.cx.i64_type().const_zero()));
+        let from = self.address(*src, src_index)?;
+        let to = self.address(*dst, dst_index)?;
+        let vt: BasicTypeEnum = match mem_ty(self.cx, *dtype) {
+            BasicTypeEnum::FloatType(f) => f.vec_type(lanes as u32).into(),
+            BasicTypeEnum::IntType(i) => i.vec_type(lanes as u32).into(),
+            other => return Err(invalid(format!("vector of {other:?}"))),
+        };
+        let align = (lanes * bytes) as u32;
+        let v = self.b.build_load(vt, from, "vld")?;
+        if let Some(i) = v.as_instruction_value() {
+            i.set_alignment(align)
+                .map_err(|e| CodegenError::Llvm(e.to_string()))?;
+        }
+        self.b
+            .build_store(to, v)?
+            .set_alignment(align)
+            .map_err(|e| CodegenError::Llvm(e.to_string()))?;
+        self.set_var(var, None);
+        Ok(true)
     }
 
     /// `for var in 0..extent` in each thread, tested at the top (LLVM rotates it: the

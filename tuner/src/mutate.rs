@@ -96,6 +96,14 @@ pub fn mutate(
         .enumerate()
         .filter(|(_, h)| match (h, kind) {
             (Hole::Tile { .. }, MutationKind::TileSize) => true,
+            // The lanes of a cooperative fetch shape the tile of a copy.
+            (
+                Hole::Choice {
+                    kind: ChoiceKind::Lanes,
+                    choices,
+                },
+                MutationKind::TileSize,
+            ) => choices.len() > 1,
             (
                 Hole::Choice {
                     kind: ChoiceKind::Location,

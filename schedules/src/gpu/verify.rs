@@ -16,7 +16,11 @@
 //!    block) of extent above 1, and one into a `Shared` buffer inside a loop bound to every
 //!    block axis of extent above 1: otherwise every thread along the missing axis runs the
 //!    same store (a race, and a wrong result when it reads what it writes, as an
-//!    accumulation does). A store into a `Local` buffer is per thread and always fine;
+//!    accumulation does). The innermost such loop's variable must also reach the store,
+//!    through its index or the condition of an `If` around it: a store inside a thread loop
+//!    that neither reads is the same store in each of its threads (a shared-memory copy
+//!    nested in the consumer's thread loop without a thread loop of its own). A store into a
+//!    `Local` buffer is per thread and always fine;
 //! 7. a `Sync` is not inside a `Vectorized` loop, not inside a loop bound to a block axis
 //!    whose extent is below the launch's along that axis (the threads past the extent skip
 //!    the barrier the others wait at), and not inside an `If` whose condition reads the
@@ -146,6 +150,24 @@ pub enum GpuVerifyError {
         /// The launch's extent along it.
         threads: u32,
     },
+    /// A store that the threads of a bound loop around it all run alike: neither its index
+    /// nor a condition around it reads the loop's variable.
+    #[error(
+        "store to {scope} buffer `{buffer}` does not depend on `{var}` (bound to `{axis}`, \
+         {extent} of them): they all write the same element (a race)"
+    )]
+    UniformStore {
+        /// The buffer stored to.
+        buffer: String,
+        /// Its scope (`global` or `shared`).
+        scope: &'static str,
+        /// The innermost loop bound to the axis.
+        var: String,
+        /// The axis, e.g. `threadIdx.x`.
+        axis: &'static str,
+        /// The loop's extent.
+        extent: i64,
+    },
     /// A barrier inside a vectorized loop.
     #[error("barrier inside vectorized loop `{var}`")]
     SyncInVectorized {
@@ -253,6 +275,8 @@ pub fn verify_gpu(f: &LoweredFunc, desc: &CudaDesc) -> Result<GpuUsage, GpuVerif
         f,
         launch,
         bound: [None; 6],
+        bound_ids: [None; 6],
+        conds: Vec::new(),
         any_bound: None,
         thread_vars: Vec::new(),
         vector: None,
@@ -289,6 +313,10 @@ struct Walk<'f> {
     launch: LaunchDims,
     /// The innermost loop around the statement bound to each launch axis (name, extent).
     bound: [Option<(&'f str, i64)>; 6],
+    /// The variable of the loop of `bound`, by axis.
+    bound_ids: [Option<u32>; 6],
+    /// The conditions of the `If`s around the statement.
+    conds: Vec<&'f Expr>,
     /// The innermost loop bound to any launch axis.
     any_bound: Option<&'f str>,
     /// Variables of the loops around bound to block axes: what makes a condition differ
@@ -327,7 +355,7 @@ impl<'f> Walk<'f> {
                 kind,
                 body,
             } => self.for_loop(var.id, var.name, *extent, *kind, body),
-            Stmt::Store { buf, .. } => self.store(*buf),
+            Stmt::Store { buf, index, .. } => self.store(*buf, index),
             Stmt::Allocate { buf, body } => {
                 self.allocate(*buf)?;
                 self.stmt(body)
@@ -345,18 +373,20 @@ impl<'f> Walk<'f> {
                         .find(|(id, _)| cond.uses_var(*id))
                         .map(|&(_, name)| name);
                 }
+                self.conds.push(cond);
                 let r = self.stmt(then).and_then(|()| match otherwise {
                     Some(o) => self.stmt(o),
                     None => Ok(()),
                 });
+                self.conds.pop();
                 self.divergent = outer;
                 r
             }
             Stmt::Seq(items) => items.iter().try_for_each(|x| self.stmt(x)),
             Stmt::Sync => self.sync(),
-            Stmt::Shuffle { buf, .. } => {
+            Stmt::Shuffle { buf, index, .. } => {
                 self.shuffle(*buf)?;
-                self.store(*buf)
+                self.store(*buf, index)
             }
         }
     }
@@ -382,8 +412,10 @@ impl<'f> Walk<'f> {
                     return self.stmt(body);
                 };
                 let i = if grid { d } else { 3 + d };
-                let (outer, outer_any) = (self.bound[i], self.any_bound);
+                let (outer, outer_any, outer_id) =
+                    (self.bound[i], self.any_bound, self.bound_ids[i]);
                 self.bound[i] = Some((name, extent));
+                self.bound_ids[i] = Some(id);
                 self.any_bound = Some(name);
                 if !grid {
                     self.thread_vars.push((id, name));
@@ -393,6 +425,7 @@ impl<'f> Walk<'f> {
                     self.thread_vars.pop();
                 }
                 self.bound[i] = outer;
+                self.bound_ids[i] = outer_id;
                 self.any_bound = outer_any;
                 r
             }
@@ -440,7 +473,7 @@ impl<'f> Walk<'f> {
         widest.max(stored)
     }
 
-    fn store(&self, buf: BufId) -> Result<(), GpuVerifyError> {
+    fn store(&self, buf: BufId, index: &Expr) -> Result<(), GpuVerifyError> {
         let b = self.decl(buf)?;
         // Shared memory is one copy per block, so blocks never race on it: only the block
         // axes must be bound. Global memory is one copy for the launch: every axis must be.
@@ -452,12 +485,24 @@ impl<'f> Walk<'f> {
         for i in axes {
             let axis = AXES[i];
             let threads = self.launch.extent(axis);
-            if threads > 1 && self.bound[i].is_none() {
+            if threads <= 1 {
+                continue;
+            }
+            let (Some((var, extent)), Some(id)) = (self.bound[i], self.bound_ids[i]) else {
                 return Err(GpuVerifyError::RacyStore {
                     buffer: b.name.clone(),
                     scope: b.scope.name(),
                     axis: axis.name(),
                     threads,
+                });
+            };
+            if extent > 1 && !index.uses_var(id) && !self.conds.iter().any(|c| c.uses_var(id)) {
+                return Err(GpuVerifyError::UniformStore {
+                    buffer: b.name.clone(),
+                    scope: b.scope.name(),
+                    var: var.to_string(),
+                    axis: axis.name(),
+                    extent,
                 });
             }
         }
@@ -876,10 +921,11 @@ mod tests {
         ));
         // Inside a block loop only: every thread of the block stores it.
         let k = v(3, "k");
+        let per_block = tx(i, 32, store(1, Expr::var(&k) * 32i64 + Expr::var(&i)));
         let block_only = func(
             vec![],
             Stmt::seq(vec![
-                bound(k, 2, ThreadAxis::BlockX, copy(32)),
+                bound(k, 2, ThreadAxis::BlockX, per_block),
                 bound(j, 2, ThreadAxis::BlockX, store(1, Expr::var(&j))),
             ]),
         );
@@ -892,13 +938,14 @@ mod tests {
         ));
         // Under threadIdx.x but not blockIdx.x of a two-block launch: global memory is one
         // copy for both blocks (a race), shared memory one per block (fine).
+        let t = v(2, "t");
         let two_blocks = |buf: u32| {
             Stmt::seq(vec![
                 bound(
                     j,
                     2,
                     ThreadAxis::BlockX,
-                    tx(v(2, "t"), 32, store(1, Expr::var(&j))),
+                    tx(t, 32, store(1, Expr::var(&j) * 32i64 + Expr::var(&t))),
                 ),
                 tx(i, 32, store(buf, Expr::var(&i))),
             ])
@@ -984,13 +1031,14 @@ mod tests {
             r => panic!("{r:?}"),
         }
         // A condition on the block index is the same in every thread of a block: fine.
+        let per_block = store(1, Expr::var(&j) * 32i64 + Expr::var(&i));
         let uniform = func(
             vec![],
             bound(
                 j,
                 2,
                 ThreadAxis::BlockX,
-                tx(i, 32, Stmt::seq(vec![cond_on(&j), store(1, Expr::var(&i))])),
+                tx(i, 32, Stmt::seq(vec![cond_on(&j), per_block])),
             ),
         );
         assert!(check(&uniform).is_ok());
@@ -1099,5 +1147,41 @@ mod tests {
             Stmt::seq(vec![alloc(2, shuffle()), copy(64)]),
         );
         assert!(reason(&f).contains("outside every loop bound to `threadIdx.x`"));
+    }
+
+    #[test]
+    fn a_store_every_thread_of_its_loop_runs_alike_is_a_race() {
+        let (i, j, k) = (v(0, "i"), v(1, "j"), v(3, "k"));
+        let shared = |inner: Stmt| {
+            func(
+                vec![temp("S", DType::F32, 64, Scope::Shared)],
+                tx(
+                    i,
+                    64,
+                    alloc(2, Stmt::seq(vec![inner, store(1, Expr::var(&i))])),
+                ),
+            )
+        };
+        // A copy nested in a 64-thread loop with no thread loop of its own: all 64 write
+        // each element.
+        let nested = shared(looped(k, 64, ForKind::Serial, store(2, Expr::var(&k))));
+        match check(&nested) {
+            Err(e @ GpuVerifyError::UniformStore { extent: 64, .. }) => assert_eq!(
+                e.to_string(),
+                "store to shared buffer `S` does not depend on `i` (bound to `threadIdx.x`, 64 \
+                 of them): they all write the same element (a race)"
+            ),
+            r => panic!("{r:?}"),
+        }
+        // Its own thread loop (a rebinding of the axis) spreads it.
+        assert!(check(&shared(tx(j, 64, store(2, Expr::var(&j))))).is_ok());
+        // One thread of it, by a condition or by a loop of one iteration.
+        let first = Stmt::If {
+            cond: Expr::var(&i).eq_(0i64),
+            then: Box::new(store(2, Expr::int(0))),
+            otherwise: None,
+        };
+        assert!(check(&shared(first)).is_ok());
+        assert!(check(&shared(tx(j, 1, store(2, Expr::int(0))))).is_ok());
     }
 }

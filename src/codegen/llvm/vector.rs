@@ -104,22 +104,6 @@ pub(super) fn can_vectorize(body: &Stmt, v: u32) -> bool {
     ok
 }
 
-/// True if `e`, with the variable `v` taken as 0, is a multiple of `w` for any values of the
-/// other variables (`e` affine: constants and products by constants).
-fn multiple_of(e: &Expr, v: u32, w: i64) -> bool {
-    match e {
-        Expr::Var(x) => x.id == v,
-        Expr::Bin(BinOp::Add | BinOp::Sub, a, b) => multiple_of(a, v, w) && multiple_of(b, v, w),
-        Expr::Bin(BinOp::Mul, a, b) => match (a.as_int(), b.as_int()) {
-            (Some(c), _) => c % w == 0 || multiple_of(b, v, w),
-            (_, Some(c)) => c % w == 0 || multiple_of(a, v, w),
-            _ => false,
-        },
-        Expr::Cast(d, a) if d.is_int() && a.dtype().is_int() => multiple_of(a, v, w),
-        _ => e.as_int().is_some_and(|c| c % w == 0),
-    }
-}
-
 impl<'ctx> Gen<'ctx, '_> {
     /// True if a vectorized loop of `lanes` iterations over `v` with this body runs widened (see
     /// the module doc): `lanes` is not a power of two, the host has AVX-512 masks for every
@@ -186,7 +170,7 @@ impl<'ctx> Gen<'ctx, '_> {
             && d.shape.last() == Some(&width)
             && d.row_len() == lanes as i64
             && stride_of(index, v) == Some(1)
-            && multiple_of(index, v, width))
+            && tensortune_schedules::lanes::divisor(index, v) % width == 0)
     }
 
     /// [`Self::whole_row`] for an access in the current loop, if it is widened.

@@ -48,6 +48,8 @@ pub enum ChoiceKind {
     Location,
     /// The number of outer loops fused into one parallel loop.
     Parallel,
+    /// The vector lanes of each thread's share of a cooperative fetch (1: scalar).
+    Lanes,
 }
 
 /// One instruction of a sketch.
@@ -113,13 +115,17 @@ pub enum SketchStep {
     },
     /// The block's threads fetch the stage (a shared-memory copy) together: its loops fused
     /// and split by the thread count, the product of the first factor of each of
-    /// `thread_holes` (the thread level of the consumer's tiles), the inner loop bound to
-    /// `threadIdx.x`.
+    /// `thread_holes` (the thread level of the consumer's tiles), and by the lanes of
+    /// `lanes_hole`: the middle loop bound to `threadIdx.x`, the inner one (where more than
+    /// one lane) vectorized, so that each thread moves consecutive elements with one wide
+    /// load and store.
     CooperativeFetch {
         /// The copy's tensor.
         tensor: TensorId,
         /// The tile holes whose first factors multiply to the block's threads.
         thread_holes: Vec<usize>,
+        /// A [`ChoiceKind::Lanes`] hole: the lanes of each thread's vector, if any.
+        lanes_hole: Option<usize>,
     },
     /// `auto_unroll_max_step` on the stage's outermost loop, from an unroll hole.
     AutoUnroll {
@@ -251,12 +257,16 @@ fn apply_step(
         SketchStep::CooperativeFetch {
             tensor,
             thread_holes,
+            lanes_hole,
         } => {
             let threads: i64 = thread_holes
                 .iter()
                 .map(|&h| decisions[h].first().copied().unwrap_or(1).max(1))
                 .product();
-            cooperative_fetch(s, *tensor, threads)
+            let lanes = lanes_hole
+                .and_then(|h| decisions.get(h)?.first().copied())
+                .unwrap_or(1);
+            cooperative_fetch(s, *tensor, threads, lanes)
         }
         SketchStep::AutoUnroll { tensor, hole } => {
             let m = decisions[*hole][0].max(0) as u32;
@@ -272,9 +282,14 @@ fn apply_step(
     }
 }
 
-/// Fuses the stage's loops, splits the fused loop by `threads` and binds the inner part to
-/// `threadIdx.x`.
-fn cooperative_fetch(s: &mut State, tensor: TensorId, threads: i64) -> Result<(), ScheduleError> {
+/// Fuses the stage's loops, splits the fused loop by `threads` (and `lanes`, where above 1)
+/// and binds the thread part to `threadIdx.x`; the lanes loop is vectorized.
+fn cooperative_fetch(
+    s: &mut State,
+    tensor: TensorId,
+    threads: i64,
+    lanes: i64,
+) -> Result<(), ScheduleError> {
     let Some(p) = s.position_of(tensor) else {
         return Ok(());
     };
@@ -289,16 +304,29 @@ fn cooperative_fetch(s: &mut State, tensor: TensorId, threads: i64) -> Result<()
             iters: (0..n as u32).collect(),
         })?;
     }
+    let vector = lanes > 1;
     s.apply_in_place(&Step::Split {
         stage,
         iter: 0,
-        factors: vec![threads],
+        factors: if vector {
+            vec![threads, lanes]
+        } else {
+            vec![threads]
+        },
     })?;
     s.apply_in_place(&Step::Annotate {
         stage,
         iter: 1,
         annotation: Annotation::Bind(tensortune_schedules::ir::ThreadAxis::ThreadX),
-    })
+    })?;
+    if vector {
+        s.apply_in_place(&Step::Annotate {
+            stage,
+            iter: 2,
+            annotation: Annotation::Vectorize,
+        })?;
+    }
+    Ok(())
 }
 
 /// Vectorizes the stage's innermost loop if it is spatial with 2 to `max_lanes` iterations.

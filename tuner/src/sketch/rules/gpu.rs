@@ -11,7 +11,9 @@
 //!   accumulator is computed inside the thread loop, its reduction split into steps; each
 //!   input it reads is staged through shared memory at the last outer reduce loop (one step
 //!   of the reduction for the whole block), fetched by all the block's threads together: the
-//!   copy's loops fused and split by the thread count ([`SketchStep::CooperativeFetch`]).
+//!   copy's loops fused and split by the thread count and by 1, 2 or 4 vector lanes (a
+//!   hole), so that a thread moves up to 16 consecutive bytes with one load and one store
+//!   ([`SketchStep::CooperativeFetch`]).
 //!   Virtual threads (Ansor's third spatial level) are not used yet.
 //! - [`AutoBind`]: any other stage: computed inside its single consumer's thread loop when it
 //!   has one, else its spatial loops fused, split by a thread count and bound to
@@ -135,7 +137,7 @@ fn gpu_tile(
         });
         if let Ok(copy) = step {
             b = trial;
-            shared.push(copy);
+            shared.push((copy, cx.dag.op(x).dtype));
         }
     }
     // The outer stage: i j -> i.0 i.1 i.2 j.0 j.1 j.2 -> i.0 j.0 i.1 j.1 i.2 j.2, then the
@@ -191,7 +193,7 @@ fn gpu_tile(
         stage: compute,
         order,
     })?;
-    for copy in shared {
+    for (copy, dtype) in shared {
         let p = b.pos(copy)?;
         let target = b.pos(ct)?;
         b.fixed(Step::ComputeAt {
@@ -199,13 +201,24 @@ fn gpu_tile(
             target,
             iter: nr.saturating_sub(1) as u32,
         })?;
+        let lanes_hole = Some(b.choice(fetch_lanes(dtype), ChoiceKind::Lanes));
         b.defer(SketchStep::CooperativeFetch {
             tensor: copy,
             thread_holes: holes.clone(),
+            lanes_hole,
         });
     }
     unroll(&mut b, ct);
     Ok(b)
+}
+
+/// The lanes a thread's share of a cooperative fetch may have: 1, 2 and 4 elements, up to
+/// the 16 bytes of the widest GPU load (`ld.global.v4.f32`); Ansor and MetaSchedule search
+/// the same three for f32.
+fn fetch_lanes(dtype: tensortune_schedules::DType) -> Vec<i64> {
+    let widest =
+        (tensortune_schedules::gpu::verify::MAX_VECTOR_BYTES / dtype.bytes().max(1) as u64) as i64;
+    [1, 2, 4].into_iter().filter(|&l| l <= widest).collect()
 }
 
 /// An unroll hole over [`GPU_UNROLL_STEPS`] on the stage of `tensor`.
