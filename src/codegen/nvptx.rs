@@ -8,7 +8,9 @@
 //! block or thread per iteration. Where two sibling loop nests bind the same axis with
 //! different extents, the launch covers the larger one and the smaller loop's body runs under
 //! `if idx < extent`. Every other loop (serial, parallel, vectorized, virtual thread) is an
-//! ordinary loop in each thread; unrolled loops are unrolled here up to a budget, and a
+//! ordinary loop in each thread; unrolled and virtual-thread loops (which lowering has
+//! pushed down to the statements that differ between virtual threads) are unrolled here up
+//! to a budget, and a
 //! vectorized loop that copies 2 or 4 provably contiguous, aligned elements (a cooperative
 //! fetch's share) is one wide load and store (`Gen::vector_copy`).
 //!
@@ -321,7 +323,9 @@ impl<'ctx> PtxGen<'ctx, '_> {
                         self.bound_loop(var, *extent, *axis, body)
                     }
                     ForKind::Vectorized if self.vector_copy(var, *extent, body)? => Ok(()),
-                    ForKind::Unrolled
+                    // A virtual thread's copies are what it is for: independent work for the
+                    // scheduler to interleave, each with its own registers.
+                    ForKind::Unrolled | ForKind::ThreadBound(ThreadAxis::VThread)
                         if extent.saturating_mul(body.unrolled_copies()) <= MAX_UNROLL =>
                     {
                         for i in 0..*extent {

@@ -42,12 +42,12 @@ pub fn pick_kind(rng: &mut impl Rng, w: &MutationWeights) -> MutationKind {
 
 /// Moves a divisor `d > 1` of one level's extent to another level of the same tile; the
 /// outermost level (implicit: the extent over the product of the factors) takes part too.
-/// Keeps the innermost factor within `max_inner`.
+/// Keeps the innermost factor within `max_inner` and the first within `max_first`.
 pub fn mutate_tile(
     rng: &mut impl Rng,
     extent: i64,
     factors: &[i64],
-    max_inner: Option<i64>,
+    (max_inner, max_first): (Option<i64>, Option<i64>),
 ) -> Option<Vec<i64>> {
     let inner: i64 = factors.iter().product();
     let outer = (extent + inner - 1) / inner.max(1);
@@ -71,7 +71,7 @@ pub fn mutate_tile(
         next[src] /= d;
         next[dst] *= d;
         let last = next.len() - 1;
-        if max_inner.is_some_and(|m| next[last] > m) {
+        if max_inner.is_some_and(|m| next[last] > m) || max_first.is_some_and(|m| next[1] > m) {
             continue;
         }
         let out: Vec<i64> = next[1..].to_vec();
@@ -136,9 +136,12 @@ pub fn mutate(
     let mut out = decisions.to_vec();
     match &sketch.holes[h] {
         Hole::Tile {
-            extent, max_inner, ..
+            extent,
+            max_inner,
+            max_first,
+            ..
         } => {
-            out[h] = mutate_tile(rng, *extent, &decisions[h], *max_inner)?;
+            out[h] = mutate_tile(rng, *extent, &decisions[h], (*max_inner, *max_first))?;
         }
         Hole::Choice { choices, .. } => {
             let others: Vec<i64> = choices

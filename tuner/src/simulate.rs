@@ -46,15 +46,17 @@ impl SimulatedMeasurer {
                             extent,
                             parts,
                             max_inner,
+                            max_first,
                         } => {
                             let mut rest = *extent;
                             let mut f = vec![1; parts - 1];
                             for l in (0..f.len()).rev() {
-                                let cap = if l + 1 == f.len() {
-                                    max_inner.unwrap_or(i64::MAX)
-                                } else {
-                                    i64::MAX
-                                };
+                                let cap = crate::sketch::sample::level_cap(
+                                    l,
+                                    f.len(),
+                                    *max_inner,
+                                    *max_first,
+                                );
                                 let divs: Vec<i64> = crate::sketch::sample::divisors(rest)
                                     .into_iter()
                                     .filter(|&d| d <= cap)

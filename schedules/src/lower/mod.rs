@@ -8,17 +8,23 @@
 //! 3. `emit`: each root stage's loop nest, outer to inner, with attached stages emitted at the
 //!    top of their loop's body after bound inference ([`bound`]) has sized their region; a
 //!    reduction initializes its accumulator just outside its outermost reduce loop;
-//! 4. `simplify`: canonical index forms, provably true guards removed, unit loops removed;
-//! 5. `partition` (when `LowerOptions::partition_tails` asks): a loop whose last iterations
+//! 4. `vthread`: each loop bound to a virtual thread pushed down to the statements that
+//!    differ between its iterations, what they share (a shared-memory fetch, a barrier) left
+//!    to run once, and the temporaries each iteration fills for itself given a block per
+//!    iteration (see the `vthread` module);
+//! 5. `simplify`: canonical index forms, provably true guards removed, unit loops removed
+//!    (not those bound to a block or thread axis, which guard a wider launch);
+//! 6. `partition` (when `LowerOptions::partition_tails` asks): a loop whose last iterations
 //!    fail a guard (the tail of an imperfect split) becomes a guard-free main loop and a
 //!    guarded tail ([`partition`]), simplified again;
-//! 6. `verify` (see [`crate::verify`]).
+//! 7. `verify` (see [`crate::verify`]).
 //!
 //! Set `LowerOptions::dump` to get the IR after each pass.
 
 mod allreduce;
 pub mod bound;
 pub mod partition;
+mod vthread;
 
 use crate::expr::{BufId, Expr, IterVar, TensorId, Var};
 use crate::ir::{BufKind, BufferDecl, ForKind, LoweredFunc, Scope, Stmt, ThreadAxis};
@@ -101,6 +107,7 @@ pub fn lower_with(state: &State, opts: &LowerOptions) -> Result<LoweredFunc, Low
     l.inline();
     l.buffers();
     let body = l.emit()?;
+    let body = vthread::inject(&body, &mut l.bufs, &mut l.next_var);
     let mut func = LoweredFunc {
         name: opts.name.clone().unwrap_or_else(|| "kernel".into()),
         buffers: l.bufs,
@@ -142,6 +149,9 @@ struct Lowerer<'a> {
     /// statement being emitted: a shared-memory stage attached inside them is computed by
     /// the whole block, so its region spans every value they take.
     thread_loops: Vec<(u32, i64)>,
+    /// The same for loops bound to a virtual thread: a shared-memory stage is filled for
+    /// every virtual thread too (lowering then runs it once, see `vthread`).
+    vthread_loops: Vec<(u32, i64)>,
 }
 
 impl<'a> Lowerer<'a> {
@@ -163,6 +173,7 @@ impl<'a> Lowerer<'a> {
             emitted: vec![false; state.stages().len()],
             next_var: 0,
             thread_loops: Vec::new(),
+            vthread_loops: Vec::new(),
         }
     }
 
@@ -512,11 +523,21 @@ impl<'a> Lowerer<'a> {
                 // One copy per block, filled by all its threads together: the region covers
                 // what every thread of the block reads, so the thread loops around the attach
                 // point (this stage's and the enclosing stages') range over their extents.
+                // Virtual threads share it as well: it is what all of them read.
                 let own = leaf_vars[..=lp]
                     .iter()
-                    .filter(|(l, _)| is_thread_bound(s.iter(*l).annotation))
+                    .filter(|(l, _)| {
+                        let a = s.iter(*l).annotation;
+                        is_thread_bound(a) || a == Some(Annotation::Bind(ThreadAxis::VThread))
+                    })
                     .map(|(_, v)| (v.var.id, v.extent));
-                inner.extend(self.thread_loops.iter().copied().chain(own));
+                inner.extend(
+                    self.thread_loops
+                        .iter()
+                        .chain(&self.vthread_loops)
+                        .copied()
+                        .chain(own),
+                );
             }
             inner.extend(sibling_vars);
             body.visit(&mut |e| {
@@ -806,12 +827,19 @@ impl<'a> Lowerer<'a> {
             c.kinds[q],
             ForKind::ThreadBound(ThreadAxis::ThreadX | ThreadAxis::ThreadY | ThreadAxis::ThreadZ)
         );
+        let virtual_thread = c.kinds[q] == ForKind::ThreadBound(ThreadAxis::VThread);
         if thread_bound {
             self.thread_loops.push((var.id, extent));
+        }
+        if virtual_thread {
+            self.vthread_loops.push((var.id, extent));
         }
         let body = self.loop_body(c, q, main);
         if thread_bound {
             self.thread_loops.pop();
+        }
+        if virtual_thread {
+            self.vthread_loops.pop();
         }
         Ok(Stmt::For {
             var,

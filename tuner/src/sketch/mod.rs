@@ -29,6 +29,9 @@ pub enum Hole {
         parts: usize,
         /// Largest innermost extent (the vector lanes of a vectorized loop), if limited.
         max_inner: Option<i64>,
+        /// Largest first factor, the level just inside the outermost (a virtual-thread
+        /// level), if limited.
+        max_first: Option<i64>,
     },
     /// One value of `choices`.
     Choice {
@@ -114,7 +117,7 @@ pub enum SketchStep {
         hole: usize,
     },
     /// The block's threads fetch the stage (a shared-memory copy) together: its loops fused
-    /// and split by the thread count, the product of the first factor of each of
+    /// and split by the thread count, the product of the named factor of each of
     /// `thread_holes` (the thread level of the consumer's tiles), and by the lanes of
     /// `lanes_hole`: the middle loop bound to `threadIdx.x`, the inner one (where more than
     /// one lane) vectorized, so that each thread moves consecutive elements with one wide
@@ -122,8 +125,9 @@ pub enum SketchStep {
     CooperativeFetch {
         /// The copy's tensor.
         tensor: TensorId,
-        /// The tile holes whose first factors multiply to the block's threads.
-        thread_holes: Vec<usize>,
+        /// The tile holes and the factor of each (its index in the decision) that multiply
+        /// to the block's threads.
+        thread_holes: Vec<(usize, usize)>,
         /// A [`ChoiceKind::Lanes`] hole: the lanes of each thread's vector, if any.
         lanes_hole: Option<usize>,
     },
@@ -261,7 +265,14 @@ fn apply_step(
         } => {
             let threads: i64 = thread_holes
                 .iter()
-                .map(|&h| decisions[h].first().copied().unwrap_or(1).max(1))
+                .map(|&(h, i)| {
+                    decisions
+                        .get(h)
+                        .and_then(|d| d.get(i))
+                        .copied()
+                        .unwrap_or(1)
+                        .max(1)
+                })
                 .product();
             let lanes = lanes_hole
                 .and_then(|h| decisions.get(h)?.first().copied())

@@ -31,17 +31,13 @@ pub fn sample_tile(
     rng: &mut impl Rng,
     extent: i64,
     parts: usize,
-    max_inner: Option<i64>,
+    (max_inner, max_first): (Option<i64>, Option<i64>),
     imperfect_prob: f64,
 ) -> Vec<i64> {
     let mut factors = vec![1; parts.saturating_sub(1)];
     let mut rest = extent.max(1);
     for level in (0..factors.len()).rev() {
-        let cap = if level + 1 == factors.len() {
-            max_inner.unwrap_or(i64::MAX)
-        } else {
-            i64::MAX
-        };
+        let cap = level_cap(level, factors.len(), max_inner, max_first);
         let f = if rng.random_bool(imperfect_prob.clamp(0.0, 1.0)) {
             rng.random_range(1..=rest.min(cap).max(1))
         } else {
@@ -62,6 +58,19 @@ pub fn sample_tile(
     factors
 }
 
+/// The largest factor level `level` of `n` may take: `max_inner` for the last, `max_first`
+/// for the first (the smaller of the two where one level is both).
+pub fn level_cap(level: usize, n: usize, max_inner: Option<i64>, max_first: Option<i64>) -> i64 {
+    let mut cap = i64::MAX;
+    if level + 1 == n {
+        cap = cap.min(max_inner.unwrap_or(i64::MAX));
+    }
+    if level == 0 {
+        cap = cap.min(max_first.unwrap_or(i64::MAX));
+    }
+    cap
+}
+
 /// Random decisions for every hole of `sketch`.
 pub fn sample(sketch: &Sketch, rng: &mut impl Rng, opts: &TuneOptions) -> Vec<Vec<i64>> {
     sketch
@@ -72,7 +81,14 @@ pub fn sample(sketch: &Sketch, rng: &mut impl Rng, opts: &TuneOptions) -> Vec<Ve
                 extent,
                 parts,
                 max_inner,
-            } => sample_tile(rng, *extent, *parts, *max_inner, opts.imperfect_tile_prob),
+                max_first,
+            } => sample_tile(
+                rng,
+                *extent,
+                *parts,
+                (*max_inner, *max_first),
+                opts.imperfect_tile_prob,
+            ),
             Hole::Choice { choices, .. } => vec![choices[rng.random_range(0..choices.len())]],
         })
         .collect()

@@ -72,6 +72,19 @@ impl SketchBuilder {
         parts: usize,
         max_inner: Option<i64>,
     ) -> Result<usize, RuleError> {
+        self.split_capped(stage, iter, parts, max_inner, None)
+    }
+
+    /// [`Self::split`] with the first factor (the level just inside the outermost) at most
+    /// `max_first`, if given.
+    pub fn split_capped(
+        &mut self,
+        stage: u32,
+        iter: u32,
+        parts: usize,
+        max_inner: Option<i64>,
+        max_first: Option<i64>,
+    ) -> Result<usize, RuleError> {
         let extent = self
             .state
             .stage(stage as usize)
@@ -82,6 +95,7 @@ impl SketchBuilder {
             extent,
             parts,
             max_inner,
+            max_first,
         });
         self.state.split(stage, iter, &vec![1; parts - 1])?;
         self.steps.push(SketchStep::Split { stage, iter, hole });

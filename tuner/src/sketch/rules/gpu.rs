@@ -4,17 +4,24 @@
 //! - [`GpuInline`]: an injective stage that is not an output is inlined (on a GPU a root
 //!   padding copy would be a second loop nest that other blocks read: a race);
 //! - [`GpuTiling`]: a reduction with data reuse (matmul, batch matmul, dense, conv2d) is
-//!   tiled in three spatial levels and two reduce levels. The outer stage (the fused
-//!   elementwise consumer, or a copy-out stage after a local cache write) takes the spatial
-//!   levels: the outermost of every axis fused and bound to `blockIdx.x`, the next fused and
-//!   bound to `threadIdx.x`, the last the tile of outputs one thread computes. The
+//!   tiled in three spatial levels (four for the last axis) and two reduce levels. The outer
+//!   stage (the fused elementwise consumer, or a copy-out stage after a local cache write)
+//!   takes the spatial levels: the outermost of every axis fused and bound to `blockIdx.x`;
+//!   for the last axis (the one consecutive in memory) a level of up to
+//!   [`MAX_VTHREAD`] virtual threads, bound to `vthread`; the next level of every axis fused
+//!   and bound to `threadIdx.x`; the last the tile of outputs one thread computes per
+//!   virtual thread. With virtual threads a thread's tiles lie `threads x inner` apart, so
+//!   that neighbouring threads read neighbouring words of the shared copies (no bank
+//!   conflicts) and store neighbouring outputs; lowering runs what the virtual threads share
+//!   once (`tensortune_schedules::lower`). Ansor's `SSSRRSRS` has the level on every axis;
+//!   on one axis, the cap of 8 bounds the whole `vthread` loop, which the GPU verifier
+//!   checks, so no draw is wasted on a longer one. The
 //!   accumulator is computed inside the thread loop, its reduction split into steps; each
 //!   input it reads is staged through shared memory at the last outer reduce loop (one step
 //!   of the reduction for the whole block), fetched by all the block's threads together: the
 //!   copy's loops fused and split by the thread count and by 1, 2 or 4 vector lanes (a
 //!   hole), so that a thread moves up to 16 consecutive bytes with one load and one store
 //!   ([`SketchStep::CooperativeFetch`]).
-//!   Virtual threads (Ansor's third spatial level) are not used yet.
 //! - [`AutoBind`]: any other stage: computed inside its single consumer's thread loop when it
 //!   has one, else its spatial loops fused, split by a thread count and bound to
 //!   `blockIdx.x` / `threadIdx.x`; its reduction (if any) runs serially in each thread.
@@ -26,7 +33,7 @@
 
 use super::{Applies, RuleContext, RuleError, SketchBuilder, SketchRule, Variant};
 use crate::sketch::{ChoiceKind, SketchStep};
-use tensortune_schedules::gpu::verify::GpuUsage;
+use tensortune_schedules::gpu::verify::{GpuUsage, MAX_VTHREAD};
 use tensortune_schedules::ir::{Scope, ThreadAxis};
 use tensortune_schedules::schedule::IterKind;
 use tensortune_schedules::te::OpKind;
@@ -140,16 +147,27 @@ fn gpu_tile(
             shared.push((copy, cx.dag.op(x).dtype));
         }
     }
-    // The outer stage: i j -> i.0 i.1 i.2 j.0 j.1 j.2 -> i.0 j.0 i.1 j.1 i.2 j.2, then the
-    // first level fused to blocks and the second to threads.
+    // The outer stage: every axis split block, thread, inner, the last one block, vthread,
+    // thread, inner (i j -> i.0 i.1 i.2 j.0 j.1 j.2 j.3), reordered by level (i.0 j.0 j.1
+    // i.1 j.2 i.2 j.3); the block level fused and bound to blocks, the virtual threads bound
+    // to `vthread`, the thread level fused and bound to threads.
     let outer = b.pos(ot)?;
     let ns = cx.dag.op(t).shape.len();
+    let last = ns - 1;
     let mut holes = vec![0; ns];
     for a in (0..ns).rev() {
-        holes[a] = b.split(outer, a as u32, 3, None)?;
+        holes[a] = if a == last {
+            b.split_capped(outer, a as u32, 4, None, Some(MAX_VTHREAD))?
+        } else {
+            b.split(outer, a as u32, 3, None)?
+        };
     }
-    let order = (0..3)
-        .flat_map(|l| (0..ns).map(move |a| (3 * a + l) as u32))
+    // Where level `l` (0 block, 1 thread, 2 inner) of axis `a` is after the splits.
+    let at = |a: usize, l: usize| (3 * a + l + usize::from(a == last && l > 0)) as u32;
+    let order = (0..ns)
+        .map(|a| at(a, 0))
+        .chain([at(last, 0) + 1])
+        .chain((1..3).flat_map(|l| (0..ns).map(move |a| at(a, l))))
         .collect();
     b.fixed(Step::Reorder {
         stage: outer,
@@ -162,21 +180,31 @@ fn gpu_tile(
         })?;
         b.fixed(Step::Fuse {
             stage: outer,
-            iters: (1..=ns as u32).collect(),
+            iters: (2..2 + ns as u32).collect(),
         })?;
     }
-    for (iter, axis) in [(0, ThreadAxis::BlockX), (1, ThreadAxis::ThreadX)] {
+    for (iter, axis) in [
+        (0, ThreadAxis::BlockX),
+        (1, ThreadAxis::VThread),
+        (2, ThreadAxis::ThreadX),
+    ] {
         b.fixed(Step::Annotate {
             stage: outer,
             iter,
             annotation: Annotation::Bind(axis),
         })?;
     }
+    // The thread level: the first factor of each hole, the second of the last axis's.
+    let thread_factors: Vec<(usize, usize)> = holes
+        .iter()
+        .enumerate()
+        .map(|(a, &h)| (h, usize::from(a == last)))
+        .collect();
     let compute = b.pos(ct)?;
     b.fixed(Step::ComputeAt {
         stage: compute,
         target: outer,
-        iter: 1,
+        iter: 2,
     })?;
     // The accumulator: its region's ns loops, then the reduce axes, each split in two and
     // the outer halves first: r.0 ... r.1 ... spatial.
@@ -204,7 +232,7 @@ fn gpu_tile(
         let lanes_hole = Some(b.choice(fetch_lanes(dtype), ChoiceKind::Lanes));
         b.defer(SketchStep::CooperativeFetch {
             tensor: copy,
-            thread_holes: holes.clone(),
+            thread_holes: thread_factors.clone(),
             lanes_hole,
         });
     }
