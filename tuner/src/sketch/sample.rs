@@ -93,3 +93,34 @@ pub fn sample(sketch: &Sketch, rng: &mut impl Rng, opts: &TuneOptions) -> Vec<Ve
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+
+    #[test]
+    fn the_first_and_last_caps_hold_in_draws_and_mutations() {
+        let mut rng = rand::rngs::ChaCha8Rng::seed_from_u64(7);
+        let mut firsts = std::collections::BTreeSet::new();
+        for _ in 0..2000 {
+            // block, vthread (at most 8), thread, inner (at most 4): 4096 = 2^12.
+            let f = sample_tile(&mut rng, 4096, 4, (Some(4), Some(8)), 0.1);
+            assert_eq!(f.len(), 3);
+            assert!(f[0] <= 8 && f[2] <= 4, "{f:?}");
+            firsts.insert(f[0]);
+            if let Some(m) = crate::mutate::mutate_tile(&mut rng, 4096, &f, (Some(4), Some(8))) {
+                assert!(m[0] <= 8 && m[2] <= 4, "{f:?} -> {m:?}");
+            }
+        }
+        // Every allowed divisor comes up as the first factor (the cap is a ceiling, not a
+        // pin); imperfect draws add the others up to it.
+        for d in [1, 2, 4, 8] {
+            assert!(firsts.contains(&d), "{firsts:?}");
+        }
+        assert!(firsts.iter().all(|&f| f <= 8), "{firsts:?}");
+        // One level that is both first and last takes the smaller cap.
+        assert_eq!(level_cap(0, 1, Some(16), Some(8)), 8);
+        assert_eq!(level_cap(0, 2, Some(16), None), i64::MAX);
+    }
+}
