@@ -30,10 +30,10 @@
 //!    a kernel cannot allocate device memory);
 //! 9. every buffer named by a store or an allocation is in the function's table;
 //! 10. a warp shuffle ([`Stmt::Shuffle`]) is run by whole warps: it lies inside a loop bound
-//!     to `threadIdx.x` whose extent is a multiple of the warp size, the block's x extent is
-//!     one too (so that each warp is 32 threads of one row, all inside that loop or all
-//!     outside it), no `If` on a thread index and no vectorized loop lies around it, and its
-//!     buffer passes the store checks of 6.
+//!     to `threadIdx.x` whose extent is a multiple of the warp size, the block is one row of
+//!     threads or its x extent is a multiple of the warp size too (so that each warp is 32
+//!     threads of one row, all inside that loop or all outside it), no `If` on a thread index
+//!     and no vectorized loop lies around it, and its buffer passes the store checks of 6.
 //!
 //! Not checked: registers (only `ptxas` knows them), local memory (its limit is far above
 //! what a schedule asks), conditions that diverge through a loaded value rather than a thread
@@ -546,14 +546,19 @@ impl<'f> Walk<'f> {
             Some(format!("inside a condition on thread index `{var}`"))
         } else {
             let block_x = self.launch.extent(ThreadAxis::ThreadX) as i64;
+            // With one row of threads the warps are runs of 32 along x whatever the width;
+            // with several, a width of whole warps keeps each warp in one row.
+            let rows = self.launch.extent(ThreadAxis::ThreadY) as i64
+                * self.launch.extent(ThreadAxis::ThreadZ) as i64;
             match self.bound[3] {
                 None => Some("outside every loop bound to `threadIdx.x`".to_string()),
                 Some((var, extent)) if extent % warp != 0 => Some(format!(
                     "inside loop `{var}` bound to `threadIdx.x` with extent {extent}, not a \
                      multiple of the {warp}-thread warp"
                 )),
-                Some(_) if block_x % warp != 0 => Some(format!(
-                    "in a block {block_x} threads wide, not a multiple of the {warp}-thread warp"
+                Some(_) if rows > 1 && block_x % warp != 0 => Some(format!(
+                    "in a block {block_x} threads wide and {rows} rows deep, the width not a \
+                     multiple of the {warp}-thread warp"
                 )),
                 Some(_) => None,
             }
@@ -1132,7 +1137,14 @@ mod tests {
         let k = v(3, "k");
         assert!(check(&shuffling(32, 64, |s| looped(k, 4, ForKind::Serial, s))).is_ok());
         assert!(reason(&shuffling(48, 48, |s| s)).contains("extent 48, not a multiple"));
-        assert!(reason(&shuffling(32, 48, |s| s)).contains("48 threads wide"));
+        // One row of 48 threads: the second warp's lanes 16.. do not exist, and it runs no
+        // shuffle.
+        assert!(check(&shuffling(32, 48, |s| s)).is_ok());
+        // Two rows of 48: the second warp is 16 threads of each row.
+        let mut two_rows = shuffling(32, 48, |s| s);
+        let y = v(4, "y");
+        two_rows.body = bound(y, 2, ThreadAxis::ThreadY, two_rows.body);
+        assert!(reason(&two_rows).contains("48 threads wide and 2 rows deep"));
         let cond = |s| Stmt::If {
             cond: Expr::var(&v(0, "i")).lt(16i64),
             then: Box::new(s),
