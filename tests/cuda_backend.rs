@@ -13,7 +13,7 @@ use tensortune::records::Database;
 use tensortune::schedules::data::NdData;
 use tensortune::schedules::ops::WorkloadSpec;
 use tensortune::schedules::target::CudaDesc;
-use tensortune::tuner::measure::{MeasureError, MeasureErrorKind};
+use tensortune::tuner::measure::{MeasureError, MeasureErrorKind, Measurer};
 use tensortune::TuneOptions;
 
 fn sm90() -> CudaDesc {
@@ -243,4 +243,73 @@ fn bad_cuda_keys_and_arch_mismatches_are_typed_errors() {
         .expect("compiles");
     let got = offline.run(&dag, &[art], Purpose::Tuning, 0);
     assert!(matches!(&got[..], [Err(e)] if e.kind == MeasureErrorKind::Internal));
+}
+
+/// A batch of GPU candidates of a small matmul: sketch draws, and one the verifier refuses.
+fn mixed_batch() -> (
+    tensortune::schedules::ComputeDag,
+    Vec<tensortune::schedules::schedule::State>,
+) {
+    use rand::SeedableRng;
+    let dag = WorkloadSpec::parse("matmul:M=24,N=20,K=12")
+        .and_then(|s| s.build())
+        .expect("dag");
+    let target = tensortune::schedules::target::TargetDesc::Cuda(sm90());
+    let opts = TuneOptions::default();
+    let sketches = tensortune::tuner::sketch::rules::generate_for(
+        &dag,
+        &opts,
+        &target,
+        &tensortune::tuner::sketch::rules::gpu_rules(),
+    );
+    let mut rng = rand::rngs::ChaCha8Rng::seed_from_u64(3);
+    let mut states = Vec::new();
+    for _ in 0..10 {
+        let dec = tensortune::tuner::sketch::sample::sample(&sketches[0], &mut rng, &opts);
+        states.push(sketches[0].instantiate(&dag, &dec).expect("instance"));
+    }
+    // Ten virtual threads, over the verifier's 8: a compile error record.
+    let mut over = tensortune::schedules::schedule::State::new(&dag);
+    let stage = over.position_of(dag.outputs()[0]).expect("stage") as u32;
+    over.split(stage, 1, &[10]).expect("split j");
+    over.bind(stage, 2, tensortune::schedules::ir::ThreadAxis::VThread)
+        .expect("bind 10 virtual threads");
+    states.insert(4, over);
+    (dag, states)
+}
+
+#[test]
+fn the_overlapped_measurer_gives_what_compile_then_run_gives_in_order() {
+    let backend = lockstep_backend();
+    let (dag, states) = mixed_batch();
+    let overlapped = backend.measurer(Purpose::Tuning, 5).measure(&dag, &states);
+    let plain = tensortune::backend::BackendMeasurer::new(&backend, Purpose::Tuning, 5)
+        .measure(&dag, &states);
+    assert_eq!(overlapped.len(), states.len());
+    for (i, (a, b)) in overlapped.iter().zip(&plain).enumerate() {
+        match (a, b) {
+            (Ok(_), Ok(_)) => {}
+            (Err(x), Err(y)) => assert_eq!((x.kind, &x.message), (y.kind, &y.message), "#{i}"),
+            _ => panic!("candidate {i}: {a:?} against {b:?}"),
+        }
+    }
+    assert!(overlapped.iter().filter(|r| r.is_ok()).count() >= 5);
+    match &overlapped[4] {
+        Err(e) => assert!(
+            e.kind == MeasureErrorKind::Compile && e.message.contains("10"),
+            "{e}"
+        ),
+        Ok(_) => panic!("10 virtual threads ran"),
+    }
+    // From inside a rayon pool of one thread (where waiting on compiles queued to the same
+    // pool would never end) it compiles first, then runs, with the same results.
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .expect("a pool");
+    let inside = pool.install(|| backend.measurer(Purpose::Tuning, 5).measure(&dag, &states));
+    assert_eq!(
+        inside.iter().map(|r| r.is_ok()).collect::<Vec<_>>(),
+        overlapped.iter().map(|r| r.is_ok()).collect::<Vec<_>>()
+    );
 }

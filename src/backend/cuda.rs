@@ -4,6 +4,11 @@
 //! lockstep interpreter ([`LockstepDevice`]), which checks outputs and races but whose times
 //! mean nothing.
 //!
+//! Tuning measures a batch with [`CudaMeasurer`]: candidates are lowered and compiled on the
+//! CPU's threads while the device runs those already compiled, so the GPU does not wait for
+//! the slowest compile of the batch before its first run. (The CPU backend does not do
+//! this: a compile beside a timed CPU kernel would change its time.)
+//!
 //! The search reads the device's own description where there is a device, else the row of
 //! the key's architecture in [`CudaDesc::for_arch`]; an architecture outside that table is
 //! refused ([`CudaTargetError::UnknownArch`]) rather than guessed.
@@ -12,14 +17,19 @@ use super::{Backend, Purpose};
 use crate::codegen::nvptx::emit_ptx;
 use crate::measure::reference::{random_inputs, OutputView, Reference};
 use crate::measure::MeasureOptions;
+use rayon::prelude::*;
 use std::sync::Mutex;
 use std::time::Instant;
 use tensortune_schedules::data::NdData;
 use tensortune_schedules::gpu::verify::{verify_gpu, GpuUsage};
 use tensortune_schedules::ir::LoweredFunc;
+use tensortune_schedules::lower::lower;
+use tensortune_schedules::schedule::State;
 use tensortune_schedules::target::{CudaDesc, CudaKey, TargetDesc, TargetKey};
 use tensortune_schedules::ComputeDag;
-use tensortune_tuner::measure::{MeasureError, MeasureErrorKind, MeasureResult, Timing};
+use tensortune_tuner::measure::{
+    MeasureError, MeasureErrorKind, MeasureResult, MeasureStats, Measurer, Timing,
+};
 use tensortune_tuner::sketch::rules::{gpu_rules, SketchRule};
 
 /// A `cuda` target that cannot be used.
@@ -516,44 +526,174 @@ impl Backend for CudaBackend {
                 .map(|_| Err(MeasureError::new(kind, msg.clone())))
                 .collect()
         };
-        let Some(device) = &self.device else {
-            return fail(
-                MeasureErrorKind::Internal,
-                "no GPU device: this cuda backend only compiles".into(),
-            );
-        };
-        let inputs = match random_inputs(dag, seed) {
-            Ok(i) => i,
+        let batch = match self.batch(dag, purpose, seed) {
+            Ok(b) => b,
             Err(e) => return fail(e.kind, e.message),
         };
+        let mut device = match self.device() {
+            Ok(d) => d,
+            Err(e) => return fail(e.kind, e.message),
+        };
+        artifacts
+            .iter()
+            .map(|a| batch.run(device.as_mut(), a))
+            .collect()
+    }
+
+    fn measurer<'a>(&'a self, purpose: Purpose, seed: u64) -> Box<dyn Measurer + 'a> {
+        Box::new(CudaMeasurer {
+            backend: self,
+            purpose,
+            seed,
+            stats: MeasureStats::default(),
+        })
+    }
+}
+
+/// What the runs of one batch share: the inputs, the reference their outputs are checked
+/// against, and the timing options.
+struct Batch {
+    inputs: Vec<NdData>,
+    reference: Reference,
+    opts: GpuTimingOptions,
+}
+
+impl Batch {
+    /// Runs `artifact` on `device`, checks its outputs, and times it.
+    fn run(&self, device: &mut dyn GpuDevice, artifact: &CudaArtifact) -> MeasureResult {
+        let run = device.run(artifact, &self.inputs, &self.opts)?;
+        let t = Instant::now();
+        let views: Vec<OutputView<'_>> = run.outputs.iter().map(OutputView::of_nd).collect();
+        self.reference.check(&views)?;
+        let check_s = t.elapsed().as_secs_f64();
+        timing(&run, check_s)
+    }
+}
+
+impl CudaBackend {
+    /// The inputs (from `seed`), reference and timing options of a batch of `dag`.
+    fn batch(&self, dag: &ComputeDag, purpose: Purpose, seed: u64) -> Result<Batch, MeasureError> {
+        let inputs = random_inputs(dag, seed)?;
         let check = MeasureOptions {
             seed,
             ..MeasureOptions::default()
         }
         .check_options();
-        let reference = match Reference::new(dag, &inputs, &check) {
-            Ok(r) => r,
-            Err(e) => return fail(e.kind, e.message),
-        };
+        let reference = Reference::new(dag, &inputs, &check)?;
         let opts = GpuTimingOptions::for_purpose(purpose, &self.desc);
-        let Ok(mut device) = device.lock() else {
-            return fail(
+        Ok(Batch {
+            inputs,
+            reference,
+            opts,
+        })
+    }
+
+    /// The device, locked for a batch.
+    fn device(&self) -> Result<std::sync::MutexGuard<'_, Box<dyn GpuDevice>>, MeasureError> {
+        let Some(device) = &self.device else {
+            return Err(MeasureError::new(
                 MeasureErrorKind::Internal,
-                "the GPU device's lock was poisoned by an earlier panic".into(),
-            );
+                "no GPU device: this cuda backend only compiles",
+            ));
         };
-        artifacts
-            .iter()
-            .map(|a| {
-                let run = device.run(a, &inputs, &opts)?;
+        device.lock().map_err(|_| {
+            MeasureError::new(
+                MeasureErrorKind::Internal,
+                "the GPU device's lock was poisoned by an earlier panic",
+            )
+        })
+    }
+}
+
+/// The tuner's [`Measurer`] for a [`CudaBackend`] (see the module doc): a batch is lowered and
+/// compiled on the CPU's threads in parallel, and each candidate runs on the device as soon as
+/// it is compiled, in the order compiles finish; results come back in the candidates' order.
+pub struct CudaMeasurer<'a> {
+    backend: &'a CudaBackend,
+    purpose: Purpose,
+    seed: u64,
+    stats: MeasureStats,
+}
+
+impl Measurer for CudaMeasurer<'_> {
+    fn measure(&mut self, dag: &ComputeDag, candidates: &[State]) -> Vec<MeasureResult> {
+        let start = Instant::now();
+        let fail = |e: MeasureError| -> Vec<MeasureResult> {
+            candidates.iter().map(|_| Err(e.clone())).collect()
+        };
+        let batch = match self.backend.batch(dag, self.purpose, self.seed) {
+            Ok(b) => b,
+            Err(e) => return fail(e),
+        };
+        let mut device = match self.backend.device() {
+            Ok(d) => d,
+            Err(e) => return fail(e),
+        };
+        let backend = self.backend;
+        let compile = move |s: &State| {
+            lower(s)
+                .map_err(|e| MeasureError::new(MeasureErrorKind::Lower, e.to_string()))
+                .and_then(|f| backend.compile(&f))
+        };
+        let mut results: Vec<Option<MeasureResult>> = candidates.iter().map(|_| None).collect();
+        let mut run_s = 0.0;
+        let mut run = |i: usize, compiled: Result<CudaArtifact, MeasureError>| {
+            let r = compiled.and_then(|a| {
                 let t = Instant::now();
-                let views: Vec<OutputView<'_>> =
-                    run.outputs.iter().map(OutputView::of_nd).collect();
-                reference.check(&views)?;
-                let check_s = t.elapsed().as_secs_f64();
-                timing(&run, check_s)
+                let r = batch.run(device.as_mut(), &a);
+                run_s += t.elapsed().as_secs_f64();
+                r
+            });
+            if let Some(slot) = results.get_mut(i) {
+                *slot = Some(r);
+            }
+        };
+        if rayon::current_thread_index().is_some() {
+            // Called from a rayon worker: waiting here for compiles queued on the same pool
+            // could wait for ever (a pool of one thread), so compile first, then run.
+            let compiled: Vec<_> = candidates.par_iter().map(compile).collect();
+            for (i, c) in compiled.into_iter().enumerate() {
+                run(i, c);
+            }
+        } else {
+            std::thread::scope(|scope| {
+                let (tx, rx) = std::sync::mpsc::channel();
+                scope.spawn(move || {
+                    candidates
+                        .par_iter()
+                        .enumerate()
+                        .for_each_with(tx, |tx, (i, s)| {
+                            // The receiver lives until every sender is gone.
+                            let _ = tx.send((i, compile(s)));
+                        });
+                });
+                for (i, compiled) in rx {
+                    run(i, compiled);
+                }
+            });
+        }
+        // Compiling is what the device waited for: the batch's wall time less its runs.
+        self.stats.run_s += run_s;
+        self.stats.compile_s += (start.elapsed().as_secs_f64() - run_s).max(0.0);
+        results
+            .into_iter()
+            .map(|r| {
+                r.unwrap_or_else(|| {
+                    Err(MeasureError::new(
+                        MeasureErrorKind::Internal,
+                        "a candidate was neither compiled nor run",
+                    ))
+                })
             })
             .collect()
+    }
+
+    fn target_key(&self) -> String {
+        self.backend.target_key().to_string()
+    }
+
+    fn stats(&self) -> MeasureStats {
+        self.stats
     }
 }
 
