@@ -376,6 +376,12 @@ for name in sorted(os.listdir(steps_dir)):
         best = [r.get("best_latency_s") for r in rows if r.get("best_latency_s")]
         s["best_latency_s"] = min(best) if best else None
         s["trials"] = sum(r.get("trials") or 0 for r in rows) if rows else None
+        # Candidates the verifier passed whose outputs the GPU got wrong: what a code
+        # generation bug (shuffles, wide loads, virtual threads...) looks like.
+        s["wrong_results"] = sum((r.get("failed_records") or {}).get("wrong_result", 0) for r in rows)
+        if s["wrong_results"]:
+            s["warning"] = (f"{s['wrong_results']} candidates gave wrong results on the GPU: "
+                            "look for a code generation bug in their records")
         if s["error"] is None and s["best_latency_s"] is None:
             s["error"] = "no valid program (no best_latency_s in the --json output)"
     if name == "nvidia_smi":
@@ -437,6 +443,8 @@ for w, f in figures.items():
           f"  triton {ms(f.get('triton_s'))}")
 for name, s in steps.items():
     print(f"{name:20} {'ok' if s['error'] is None else 'ERROR: ' + s['error'].splitlines()[0][:120]}")
+    if s.get("warning"):
+        print(f"{'':20} warning: {s['warning']}")
 sys.exit(0 if ok else 1)
 PY
 log "writing $figures"

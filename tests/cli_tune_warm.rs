@@ -159,6 +159,12 @@ fn memory_bound_ops_report_gb_per_s_and_the_remeasured_ranking() {
     assert_eq!(latency, re[fastest - 1]);
     assert_eq!(v["tuning_latency_s"].as_f64(), Some(tuning[0]));
 
+    // This run's failed trials, and the database's failed records by kind (a CPU run of
+    // reduce_sum has none).
+    assert_eq!(v["errors"], 0, "{v}");
+    assert!(v["cut_short"].as_u64().is_some(), "{v}");
+    assert_eq!(v["failed_records"], serde_json::json!({}), "{v}");
+
     // A compute-bound op is not called memory-bound.
     let mm = tune(&db, "matmul:M=64,N=64,K=64", "8", &[]);
     assert_eq!(mm["memory_bound"], false, "{mm}");

@@ -141,6 +141,25 @@ fn resume_points(
         .collect()
 }
 
+/// The failed records of `workload` on `target` in the database at `db` (this run's and
+/// earlier ones), counted by error kind (`compile`, `runtime`, `timeout`, `wrong_result`,
+/// `other`); `None` where the database cannot be read. A `wrong_result` of a program the
+/// verifier passed is what a code generation bug looks like, so scripts look at it.
+fn failed_records(
+    db: &std::path::Path,
+    workload: &str,
+    target: &str,
+) -> Option<std::collections::BTreeMap<&'static str, usize>> {
+    let db = tensortune_records::Database::open_read_only(db).ok()?;
+    let mut counts = std::collections::BTreeMap::new();
+    for r in db.records(workload, target).ok()? {
+        if let tensortune_records::Outcome::Failed { kind, .. } = r.outcome {
+            *counts.entry(kind.as_str()).or_insert(0) += 1;
+        }
+    }
+    Some(counts)
+}
+
 /// Runs `tensortune tune`.
 pub fn tune(args: &TuneArgs, out: &mut dyn Write) -> Result<(), CliError> {
     match &args.plan {
@@ -364,11 +383,15 @@ fn tune_on<B: Backend>(
         }
     } else {
         for (r, (trials, best)) in reports.iter().zip(&earlier) {
+            let failed = failed_records(&args.db, &r.workload, &r.target);
             let j = serde_json::json!({
                 "workload": r.workload,
                 "resumed": {"trials": trials, "best_latency_s": best},
                 "target": r.target,
                 "trials": r.trials,
+                "errors": r.errors,
+                "cut_short": r.cut_short,
+                "failed_records": failed,
                 "best_latency_s": r.best_latency_s,
                 "best_gflops": r.best_gflops,
                 "best_gbs": r.best_gbs,
@@ -413,5 +436,36 @@ fn remeasure_line(r: &crate::tune::TuneReport) -> Option<String> {
             winner.latency_s.map_or("failed".to_string(), ms),
             ms(first.tuning_latency_s)
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::failed_records;
+    use tensortune_records::{Database, ErrorKind, NewRecord, Workload};
+
+    #[test]
+    fn failed_records_are_counted_by_kind_for_the_workload_and_target() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("f.db");
+        assert_eq!(failed_records(&path, "w", "t"), None, "no database yet");
+        let mut db = Database::open(&path).expect("open");
+        let w = Workload::new("matmul:K=2,M=2,N=2,dtype=f32", 16.0);
+        let failed = |target: &str, i: u32, kind| {
+            NewRecord::failed(w.clone(), target, format!("[{i}]"), kind, "x")
+        };
+        let batch = [
+            failed("cuda -arch=sm_90", 1, ErrorKind::WrongResult),
+            failed("cuda -arch=sm_90", 2, ErrorKind::WrongResult),
+            failed("cuda -arch=sm_90", 3, ErrorKind::Compile),
+            failed("llvm", 4, ErrorKind::Timeout),
+        ];
+        db.insert_batch(None, &batch).expect("insert");
+        drop(db);
+        let got = failed_records(&path, &w.key, "cuda -arch=sm_90").expect("readable");
+        assert_eq!(
+            got.into_iter().collect::<Vec<_>>(),
+            vec![("compile", 1), ("wrong_result", 2)]
+        );
     }
 }
