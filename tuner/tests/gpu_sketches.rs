@@ -64,6 +64,12 @@ fn every_covered_op_gets_gpu_sketches_that_verify_and_compute_the_op() {
     }) else {
         unreachable!("a cuda desc")
     };
+    // Draws per sketch: 12 here; `TENSORTUNE_GPU_SKETCH_DRAWS=300` for a deeper check after
+    // a change to GPU lowering or sketches (2100 instances, about 30 s).
+    let draws: usize = std::env::var("TENSORTUNE_GPU_SKETCH_DRAWS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(12);
     for spec in SPECS {
         let d = dag(spec);
         let sketches = generate_for(&d, &opts, &target, &gpu_rules());
@@ -73,7 +79,7 @@ fn every_covered_op_gets_gpu_sketches_that_verify_and_compute_the_op() {
         let mut rng = ChaCha8Rng::seed_from_u64(7);
         let (mut passed, mut shared_seen) = (0, false);
         for sk in &sketches {
-            for _ in 0..12 {
+            for _ in 0..draws {
                 let dec = sample(sk, &mut rng, &opts);
                 let s = sk
                     .instantiate(&d, &dec)
