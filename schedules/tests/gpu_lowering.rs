@@ -25,10 +25,15 @@ fn shared_buffers(f: &LoweredFunc) -> Vec<(String, i64)> {
         .collect()
 }
 
-fn count_syncs(s: &Stmt) -> usize {
+/// How many statements of `s` satisfy `pred`.
+fn count(s: &Stmt, pred: impl Fn(&Stmt) -> bool) -> usize {
     let mut n = 0;
-    s.visit(&mut |x| n += matches!(x, Stmt::Sync) as usize);
+    s.visit(&mut |x| n += usize::from(pred(x)));
     n
+}
+
+fn count_syncs(s: &Stmt) -> usize {
+    count(s, |x| matches!(x, Stmt::Sync))
 }
 
 fn inputs(d: &ComputeDag) -> Vec<NdData> {
@@ -191,19 +196,15 @@ fn virtual_threads_share_the_fetch_and_keep_their_own_accumulators() {
         assert_eq!(count_syncs(&f.body), 2, "{f}");
         // No barrier, copy or allocation is repeated per virtual thread.
         assert_eq!(under_vthreads(&f.body), (0, 0, 0), "{f}");
-        let vloops = {
-            let mut n = 0;
-            f.body.visit(&mut |x| {
-                n += matches!(
-                    x,
-                    Stmt::For {
-                        kind: ForKind::ThreadBound(ThreadAxis::VThread),
-                        ..
-                    }
-                ) as usize
-            });
-            n
-        };
+        let vloops = count(&f.body, |x| {
+            matches!(
+                x,
+                Stmt::For {
+                    kind: ForKind::ThreadBound(ThreadAxis::VThread),
+                    ..
+                }
+            )
+        });
         assert!(
             vloops >= 3,
             "init, update and write-back each per virtual thread\n{f}"

@@ -107,7 +107,7 @@ pub fn lower_with(state: &State, opts: &LowerOptions) -> Result<LoweredFunc, Low
     l.inline();
     l.buffers();
     let body = l.emit()?;
-    let body = vthread::inject(&body, &mut l.bufs, &mut l.next_var);
+    let body = vthread::inject(body, &mut l.bufs, &mut l.next_var);
     let mut func = LoweredFunc {
         name: opts.name.clone().unwrap_or_else(|| "kernel".into()),
         buffers: l.bufs,

@@ -34,7 +34,18 @@ use crate::ir::{BufferDecl, ForKind, Stmt, ThreadAxis};
 /// `body` with every virtual-thread loop pushed down (see the module doc); `buffers` grows
 /// the `Local` temporaries allocated inside such loops, and the loops it leaves take fresh
 /// variables from `num_vars` on (each variable is bound by one loop).
-pub(super) fn inject(body: &Stmt, buffers: &mut [BufferDecl], num_vars: &mut u32) -> Stmt {
+pub(super) fn inject(body: Stmt, buffers: &mut [BufferDecl], num_vars: &mut u32) -> Stmt {
+    if has_vthread(&body) {
+        push_all(&body, buffers, num_vars)
+    } else {
+        // Every CPU program and most GPU ones: nothing to rebuild (lowering runs for every
+        // candidate the cost model scores).
+        body
+    }
+}
+
+/// [`inject`] of a body that holds a virtual-thread loop.
+fn push_all(body: &Stmt, buffers: &mut [BufferDecl], num_vars: &mut u32) -> Stmt {
     match body {
         Stmt::For {
             var,
@@ -43,11 +54,26 @@ pub(super) fn inject(body: &Stmt, buffers: &mut [BufferDecl], num_vars: &mut u32
             body: inner,
         } => {
             // Inner virtual-thread loops first: their statements then read both variables.
-            let inner = inject(inner, buffers, num_vars);
+            let inner = push_all(inner, buffers, num_vars);
             push_down(*var, *extent, &inner, buffers, num_vars)
         }
-        _ => body.map_children(&mut |c| inject(c, buffers, num_vars)),
+        _ => body.map_children(&mut |c| push_all(c, buffers, num_vars)),
     }
+}
+
+/// True if `s` holds a loop bound to a virtual thread.
+fn has_vthread(s: &Stmt) -> bool {
+    let mut found = false;
+    s.visit(&mut |x| {
+        found |= matches!(
+            x,
+            Stmt::For {
+                kind: ForKind::ThreadBound(ThreadAxis::VThread),
+                ..
+            }
+        )
+    });
+    found
 }
 
 /// The loop `for var in 0..extent` bound to `vthread` around `body`, pushed down.
@@ -141,58 +167,45 @@ fn private(var: u32, body: &Stmt) -> Vec<BufId> {
     }
 }
 
-/// `s` with every access to a temporary that `offset` moves at its new index.
+/// `s` with every access to a temporary that `offset` moves at its new index: loads in every
+/// expression, then the index of every store into such a temporary.
 fn relocate(s: &Stmt, offset: &dyn Fn(BufId, &Expr) -> Option<Expr>) -> Stmt {
-    let exprs = |e: &Expr| -> Expr {
-        fn go(e: &Expr, offset: &dyn Fn(BufId, &Expr) -> Option<Expr>) -> Expr {
-            e.rewrite(&mut |x| match x {
-                Expr::BufLoad { buf, dtype, index } => {
-                    let index = go(index, offset);
-                    Some(Expr::BufLoad {
-                        buf: *buf,
-                        dtype: *dtype,
-                        index: Box::new(offset(*buf, &index).unwrap_or(index)),
-                    })
-                }
-                _ => None,
-            })
-        }
-        go(e, offset)
-    };
-    match s {
-        Stmt::Store { buf, index, value } => {
-            let index = exprs(index);
-            Stmt::Store {
-                buf: *buf,
-                index: offset(*buf, &index).unwrap_or(index),
-                value: exprs(value),
+    fn loads(e: &Expr, offset: &dyn Fn(BufId, &Expr) -> Option<Expr>) -> Expr {
+        e.rewrite(&mut |x| match x {
+            Expr::BufLoad { buf, dtype, index } => {
+                let index = loads(index, offset);
+                Some(Expr::BufLoad {
+                    buf: *buf,
+                    dtype: *dtype,
+                    index: Box::new(offset(*buf, &index).unwrap_or(index)),
+                })
             }
-        }
-        Stmt::Shuffle {
-            buf,
-            index,
-            value,
-            lane_xor,
-        } => {
-            let index = exprs(index);
-            Stmt::Shuffle {
-                buf: *buf,
-                index: offset(*buf, &index).unwrap_or(index),
-                value: exprs(value),
-                lane_xor: *lane_xor,
-            }
-        }
-        Stmt::If {
-            cond,
-            then,
-            otherwise,
-        } => Stmt::If {
-            cond: exprs(cond),
-            then: Box::new(relocate(then, offset)),
-            otherwise: otherwise.as_ref().map(|o| Box::new(relocate(o, offset))),
-        },
-        _ => s.map_children(&mut |c| relocate(c, offset)),
+            _ => None,
+        })
     }
+    fn stores(s: &Stmt, offset: &dyn Fn(BufId, &Expr) -> Option<Expr>) -> Stmt {
+        let moved = |buf: BufId, index: &Expr| offset(buf, index).unwrap_or_else(|| index.clone());
+        match s {
+            Stmt::Store { buf, index, value } => Stmt::Store {
+                buf: *buf,
+                index: moved(*buf, index),
+                value: value.clone(),
+            },
+            Stmt::Shuffle {
+                buf,
+                index,
+                value,
+                lane_xor,
+            } => Stmt::Shuffle {
+                buf: *buf,
+                index: moved(*buf, index),
+                value: value.clone(),
+                lane_xor: *lane_xor,
+            },
+            _ => s.map_children(&mut |c| stores(c, offset)),
+        }
+    }
+    stores(&s.map_exprs(&|e| loads(e, offset), &|b| b), offset)
 }
 
 /// True if some expression of `s` reads `var`.
