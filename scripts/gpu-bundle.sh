@@ -6,7 +6,8 @@
 #   bash scripts/gpu-bundle.sh [EXTRA_TEST...]
 #
 # The default tests are gpu_worker (the worker protocol, and `real_device_runs_ptx`, which
-# runs PTX on the GPU) and cuda_backend (tuning through the CUDA backend); EXTRA_TEST names
+# runs PTX on the GPU), cuda_backend (tuning through the CUDA backend) and gpu_device (tuned
+# kernels on device arrays in this process); EXTRA_TEST names
 # more integration tests (tests/NAME.rs). The bundle must stay under LIMIT_MIB (60 MiB by
 # default): the GPU machine takes a tree of 64 MiB at most. The tensortune binary is
 # required; a test binary that would take the bundle past the limit is left out, and the
@@ -16,7 +17,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 LIMIT_MIB=${LIMIT_MIB:-60}
 OUT_DIR=gpu-bundle
-TESTS=(gpu_worker cuda_backend "$@")
+TESTS=(gpu_worker cuda_backend gpu_device "$@")
 
 log() { printf 'gpu-bundle: %s\n' "$*" >&2; }
 

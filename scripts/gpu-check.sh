@@ -8,7 +8,7 @@
 #   1. unpack the bundle (gpu-bundle/*.xz) into a temporary directory;
 #   2. nvidia-smi;
 #   3. the GPU test binaries of the bundle (gpu_worker's real_device_runs_ptx runs PTX on
-#      the GPU), with TENSORTUNE_CUDA_WORKER set to the unpacked tensortune;
+#      the GPU, gpu_device runs a kernel on device arrays in-process), with TENSORTUNE_CUDA_WORKER set to the unpacked tensortune;
 #   4. `tensortune tune --target cuda` of matmul 4096³, softmax 4096x4096 and a 3x3 conv2d
 #      of 16x64x56x56, splitting --budget-s (default 420 s) between them;
 #   5. the peers, in Python: PyTorch (cuBLAS without TF32, softmax, cuDNN conv2d) and a

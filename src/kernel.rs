@@ -296,31 +296,11 @@ impl Kernel {
         specs: &[&ParamSpec],
         bufs: &[(&[i64], DType)],
     ) -> Result<(), RunError> {
-        if specs.len() != bufs.len() {
-            return Err(RunError::ArgCount {
-                kernel: self.name.clone(),
-                what,
-                expected: specs.len(),
-                got: bufs.len(),
-            });
-        }
-        for (p, (shape, dtype)) in specs.iter().zip(bufs) {
-            if p.dtype != *dtype {
-                return Err(RunError::DType {
-                    param: p.name.clone(),
-                    expected: p.dtype,
-                    got: *dtype,
-                });
-            }
-            if p.shape != *shape {
-                return Err(RunError::Shape {
-                    param: p.name.clone(),
-                    expected: p.shape.clone(),
-                    got: shape.to_vec(),
-                });
-            }
-        }
-        Ok(())
+        let specs: Vec<(&str, DType, &[i64])> = specs
+            .iter()
+            .map(|p| (p.name.as_str(), p.dtype, p.shape.as_slice()))
+            .collect();
+        check_args(&self.name, what, &specs, bufs)
     }
 
     /// Runs the kernel on `inputs` (in the op's input order), writing `outputs`.
@@ -436,4 +416,40 @@ impl Kernel {
         }
         Ok(result)
     }
+}
+
+/// Checks arguments `bufs` (shape and dtype each) against parameters `specs` (name, dtype,
+/// shape) of `kernel`'s `what` (`inputs` or `outputs`): count, then dtype and shape in order.
+/// Shared by the CPU kernel and the GPU's ([`crate::gpu::device::LoadedKernel`]).
+pub(crate) fn check_args(
+    kernel: &str,
+    what: &'static str,
+    specs: &[(&str, DType, &[i64])],
+    bufs: &[(&[i64], DType)],
+) -> Result<(), RunError> {
+    if specs.len() != bufs.len() {
+        return Err(RunError::ArgCount {
+            kernel: kernel.to_string(),
+            what,
+            expected: specs.len(),
+            got: bufs.len(),
+        });
+    }
+    for ((name, want_dtype, want_shape), (shape, dtype)) in specs.iter().zip(bufs) {
+        if want_dtype != dtype {
+            return Err(RunError::DType {
+                param: name.to_string(),
+                expected: *want_dtype,
+                got: *dtype,
+            });
+        }
+        if want_shape != shape {
+            return Err(RunError::Shape {
+                param: name.to_string(),
+                expected: want_shape.to_vec(),
+                got: shape.to_vec(),
+            });
+        }
+    }
+    Ok(())
 }

@@ -9,7 +9,7 @@ use tensortune::gpu::worker::{FAULT_ENV, FAULT_ONCE_ENV};
 use tensortune::gpu::{
     GpuProgram, GpuRunError, GpuSupervisor, ParamSpec, RunOptions, SimProgram, WorkerCommand,
 };
-use tensortune::measure::reference::{random_inputs, CheckOptions, OutputView, Reference};
+use tensortune::measure::reference::{random_inputs, CheckOptions, Reference};
 use tensortune::schedules::data::{Data, NdData};
 use tensortune::schedules::gpu::interp::run_lockstep;
 use tensortune::schedules::lower::lower;
@@ -63,18 +63,9 @@ fn quick() -> RunOptions {
 }
 
 fn check_against_evaluator(dag: &ComputeDag, inputs: &[NdData], outputs: &[NdData]) {
-    let reference = Reference::new(
-        dag,
-        inputs,
-        &CheckOptions {
-            full_check_max_flops: f64::INFINITY,
-            check_points: 0,
-            seed: 1,
-        },
-    )
-    .unwrap();
-    let views: Vec<OutputView> = outputs.iter().map(OutputView::of_nd).collect();
-    reference.check(&views).unwrap();
+    Reference::new(dag, inputs, &CheckOptions::every_element())
+        .and_then(|r| r.check_nd(outputs))
+        .expect("the GPU's outputs agree with the evaluator");
 }
 
 #[test]

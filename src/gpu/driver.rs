@@ -112,14 +112,15 @@ pub fn device_name(ordinal: u32) -> Result<String, GpuError> {
     imp::device_name(ordinal)
 }
 
-pub(crate) use imp::Device;
+pub(crate) use imp::{Ctx, CtxBuf, CtxModule, Device};
 
 #[cfg(not(feature = "cuda"))]
 mod imp {
     use super::GpuError;
     use crate::gpu::worker::WorkerError;
     use crate::gpu::{GpuProgram, GpuRunResult, RunOptions};
-    use tensortune_schedules::data::NdData;
+    use std::sync::Arc;
+    use tensortune_schedules::data::{Data, NdData};
     use tensortune_schedules::target::CudaDesc;
 
     pub fn device_desc(_ordinal: u32) -> Result<CudaDesc, GpuError> {
@@ -132,6 +133,73 @@ mod imp {
 
     /// No device without the `cuda` feature.
     pub(crate) struct Device;
+
+    /// No context without the `cuda` feature: none can be made.
+    pub(crate) struct Ctx(std::convert::Infallible);
+
+    /// No device memory without the `cuda` feature.
+    pub(crate) struct CtxBuf(std::convert::Infallible);
+
+    /// No module without the `cuda` feature.
+    pub(crate) struct CtxModule(std::convert::Infallible);
+
+    impl Ctx {
+        pub(crate) fn open(_ordinal: u32) -> Result<Ctx, GpuError> {
+            Err(GpuError::NotBuilt)
+        }
+
+        pub(crate) fn is_poisoned(&self) -> bool {
+            match self.0 {}
+        }
+
+        pub(crate) fn alloc(self: &Arc<Ctx>, _bytes: usize) -> Result<CtxBuf, GpuError> {
+            match self.0 {}
+        }
+
+        pub(crate) fn load(
+            self: &Arc<Ctx>,
+            _ptx: &str,
+            _entry: &str,
+        ) -> Result<CtxModule, GpuError> {
+            match self.0 {}
+        }
+    }
+
+    impl CtxBuf {
+        pub(crate) fn ctx(&self) -> &Arc<Ctx> {
+            match self.0 {}
+        }
+
+        pub(crate) fn bytes(&self) -> usize {
+            match self.0 {}
+        }
+
+        pub(crate) fn upload(&mut self, _data: &Data) -> Result<(), GpuError> {
+            match self.0 {}
+        }
+
+        pub(crate) fn download(&self, _data: &mut Data) -> Result<(), GpuError> {
+            match self.0 {}
+        }
+    }
+
+    impl CtxModule {
+        pub(crate) fn ctx(&self) -> &Arc<Ctx> {
+            match self.0 {}
+        }
+
+        /// # Safety
+        ///
+        /// Never callable: no module exists without the `cuda` feature.
+        pub(crate) unsafe fn launch(
+            &self,
+            _grid: [u32; 3],
+            _block: [u32; 3],
+            _args: &[&CtxBuf],
+        ) -> Result<(), GpuError> {
+            match self.0 {}
+        }
+    }
 
     impl Device {
         pub(crate) fn open(_ordinal: u32) -> Result<Device, GpuError> {
@@ -159,6 +227,8 @@ mod imp {
     use cudarc::driver::sys;
     use std::ffi::{c_void, CString};
     use std::panic::{catch_unwind, AssertUnwindSafe};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
     use tensortune_schedules::data::{Data, NdData};
     use tensortune_schedules::target::CudaDesc;
 
@@ -342,6 +412,65 @@ mod imp {
         None
     }
 
+    /// Why PTX did not load.
+    #[derive(Debug)]
+    enum LoadFailure {
+        /// The text holds a NUL byte (the driver reads it as a C string).
+        Nul,
+        /// The driver refused it: its error and the JIT's log, on one line.
+        Driver(String),
+    }
+
+    impl std::fmt::Display for LoadFailure {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            match self {
+                LoadFailure::Nul => f.write_str("the PTX text contains a NUL byte"),
+                LoadFailure::Driver(m) => f.write_str(m),
+            }
+        }
+    }
+
+    /// Loads `ptx` into the current context, with the JIT's error log in the error.
+    fn load_module(ptx: &str) -> Result<sys::CUmodule, LoadFailure> {
+        let image = CString::new(ptx).map_err(|_| LoadFailure::Nul)?;
+        let mut log = vec![0u8; 16 << 10];
+        let mut options = [
+            sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER,
+            sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+        ];
+        // The driver reads a size option's value from the pointer's bits.
+        let mut values = [log.as_mut_ptr() as *mut c_void, log.len() as *mut c_void];
+        let mut module: sys::CUmodule = std::ptr::null_mut();
+        let r = call("cuModuleLoadDataEx", || {
+            // SAFETY: `image` is NUL-terminated PTX text; the two options point at a log
+            // buffer of the size given, which outlives the call; `module` is written on
+            // success.
+            unsafe {
+                sys::cuModuleLoadDataEx(
+                    &mut module,
+                    image.as_ptr() as *const c_void,
+                    options.len() as u32,
+                    options.as_mut_ptr(),
+                    values.as_mut_ptr(),
+                )
+                .result()
+            }
+        });
+        match r {
+            Ok(()) => Ok(module),
+            Err(e) => {
+                let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+                let text = String::from_utf8_lossy(&log[..end]);
+                let text = tensortune_schedules::text::single_line(text.trim());
+                Err(LoadFailure::Driver(if text.is_empty() {
+                    e.to_string()
+                } else {
+                    format!("{e}: {text}")
+                }))
+            }
+        }
+    }
+
     /// The worker's device: a device's primary context, current on the worker's thread.
     pub(crate) struct Device {
         /// The L2 flush buffer, kept between runs and grown when asked for more.
@@ -392,51 +521,14 @@ mod imp {
         }
 
         fn load(&self, ptx: &str) -> Result<Module, WorkerError> {
-            let image = CString::new(ptx).map_err(|_| WorkerError {
-                kind: ErrorKind::Invalid,
-                message: "the PTX text contains a NUL byte".into(),
+            load_module(ptx).map(Module).map_err(|e| WorkerError {
+                kind: match e {
+                    LoadFailure::Nul => ErrorKind::Invalid,
+                    LoadFailure::Driver(_) => ErrorKind::Load,
+                },
+                message: e.to_string(),
                 sticky: false,
-            })?;
-            let mut log = vec![0u8; 16 << 10];
-            let mut options = [
-                sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER,
-                sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
-            ];
-            // The driver reads a size option's value from the pointer's bits.
-            let mut values = [log.as_mut_ptr() as *mut c_void, log.len() as *mut c_void];
-            let mut module: sys::CUmodule = std::ptr::null_mut();
-            let r = call("cuModuleLoadDataEx", || {
-                // SAFETY: `image` is NUL-terminated PTX text; the two options point at a log
-                // buffer of the size given, which outlives the call; `module` is written on
-                // success.
-                unsafe {
-                    sys::cuModuleLoadDataEx(
-                        &mut module,
-                        image.as_ptr() as *const c_void,
-                        options.len() as u32,
-                        options.as_mut_ptr(),
-                        values.as_mut_ptr(),
-                    )
-                    .result()
-                }
-            });
-            match r {
-                Ok(()) => Ok(Module(module)),
-                Err(e) => {
-                    let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
-                    let text = String::from_utf8_lossy(&log[..end]);
-                    let text = tensortune_schedules::text::single_line(text.trim());
-                    Err(WorkerError {
-                        kind: ErrorKind::Load,
-                        message: if text.is_empty() {
-                            e.to_string()
-                        } else {
-                            format!("{e}: {text}")
-                        },
-                        sticky: false,
-                    })
-                }
-            }
+            })
         }
 
         /// Runs `program` on `inputs` (already checked against its parameters): loaded,
@@ -648,6 +740,243 @@ mod imp {
                 shared_bytes,
                 local_bytes,
             })
+        }
+    }
+
+    /// A device's primary context held by a program in this process
+    /// ([`crate::gpu::device::GpuContext`]): retained while any array or module of it lives,
+    /// made current on the calling thread by every call, and marked poisoned once a kernel
+    /// failed in it (the driver fails every later call of such a context).
+    pub(crate) struct Ctx {
+        dev: sys::CUdevice,
+        ctx: sys::CUcontext,
+        poisoned: AtomicBool,
+    }
+
+    // SAFETY: the driver API may be called from any thread; every method makes the context
+    // current on the calling thread before it touches it, and the handle itself is only
+    // read.
+    unsafe impl Send for Ctx {}
+    // SAFETY: as above; the only mutable state is the atomic flag.
+    unsafe impl Sync for Ctx {}
+
+    impl Ctx {
+        pub(crate) fn open(ordinal: u32) -> Result<Ctx, GpuError> {
+            let dev = device(ordinal)?;
+            // SAFETY: `dev` came from cuDeviceGet; released once, when the `Ctx` drops.
+            let ctx = call("cuDevicePrimaryCtxRetain", || unsafe {
+                result::primary_ctx::retain(dev)
+            })?;
+            let c = Ctx {
+                dev,
+                ctx,
+                poisoned: AtomicBool::new(false),
+            };
+            c.enter()?;
+            Ok(c)
+        }
+
+        /// Makes the context current on this thread.
+        fn enter(&self) -> Result<(), GpuError> {
+            let ctx = self.ctx;
+            // SAFETY: a context retained by this `Ctx` and not yet released.
+            call("cuCtxSetCurrent", || unsafe {
+                result::ctx::set_current(ctx)
+            })
+        }
+
+        pub(crate) fn is_poisoned(&self) -> bool {
+            self.poisoned.load(Ordering::Acquire)
+        }
+
+        fn poison(&self) {
+            self.poisoned.store(true, Ordering::Release);
+        }
+
+        /// `bytes` of device memory, zeroed.
+        pub(crate) fn alloc(self: &Arc<Ctx>, bytes: usize) -> Result<CtxBuf, GpuError> {
+            self.enter()?;
+            // cuMemAlloc refuses 0 bytes; an empty array still needs a pointer to pass.
+            let size = bytes.max(1);
+            // SAFETY: a plain allocation in the current context.
+            let ptr = call("cuMemAlloc", || unsafe { result::malloc_sync(size) })?;
+            let buf = CtxBuf {
+                ctx: Arc::clone(self),
+                ptr,
+                bytes,
+            };
+            // SAFETY: `size` bytes of the allocation just made.
+            call("cuMemsetD8", || unsafe {
+                result::memset_d8_sync(ptr, 0, size)
+            })?;
+            Ok(buf)
+        }
+
+        /// Loads `ptx` and finds its kernel `entry`.
+        pub(crate) fn load(self: &Arc<Ctx>, ptx: &str, entry: &str) -> Result<CtxModule, GpuError> {
+            self.enter()?;
+            let module = load_module(ptx).map_err(|e| GpuError::Driver {
+                call: "cuModuleLoadDataEx",
+                message: e.to_string(),
+            })?;
+            // Owned from here, so that an error below unloads it.
+            let mut m = CtxModule {
+                ctx: Arc::clone(self),
+                module,
+                func: std::ptr::null_mut(),
+            };
+            let name = CString::new(entry).map_err(|_| GpuError::Driver {
+                call: "cuModuleGetFunction",
+                message: "the entry name contains a NUL byte".into(),
+            })?;
+            // SAFETY: `module` was loaded just above and lives as long as `m`.
+            m.func = call("cuModuleGetFunction", || unsafe {
+                result::module::get_function(module, name)
+            })?;
+            Ok(m)
+        }
+    }
+
+    impl Drop for Ctx {
+        fn drop(&mut self) {
+            let dev = self.dev;
+            // SAFETY: the retain of `open`, released once; every array and module of the
+            // context held an `Arc` of it, so they are gone.
+            let _ = call("cuDevicePrimaryCtxRelease", || unsafe {
+                result::primary_ctx::release(dev)
+            });
+        }
+    }
+
+    /// Device memory of a [`Ctx`], freed when dropped.
+    pub(crate) struct CtxBuf {
+        ctx: Arc<Ctx>,
+        ptr: sys::CUdeviceptr,
+        bytes: usize,
+    }
+
+    impl CtxBuf {
+        /// The context it belongs to.
+        pub(crate) fn ctx(&self) -> &Arc<Ctx> {
+            &self.ctx
+        }
+
+        /// Its size in bytes.
+        pub(crate) fn bytes(&self) -> usize {
+            self.bytes
+        }
+
+        /// Copies `data` in; the caller checked that it has exactly [`CtxBuf::bytes`].
+        pub(crate) fn upload(&mut self, data: &Data) -> Result<(), GpuError> {
+            self.ctx.enter()?;
+            let ptr = self.ptr;
+            // SAFETY: the caller checked that `data` holds `bytes` bytes, the size of the
+            // allocation; synchronous, so `data` may go after the call.
+            call("cuMemcpyHtoD", || unsafe {
+                match data {
+                    Data::F32(v) => result::memcpy_htod_sync(ptr, v),
+                    Data::F64(v) => result::memcpy_htod_sync(ptr, v),
+                    Data::I32(v) => result::memcpy_htod_sync(ptr, v),
+                }
+            })
+        }
+
+        /// Copies the memory out into `data`; the caller checked that it has exactly
+        /// [`CtxBuf::bytes`].
+        pub(crate) fn download(&self, data: &mut Data) -> Result<(), GpuError> {
+            self.ctx.enter()?;
+            let ptr = self.ptr;
+            // SAFETY: as in `upload`, the other way.
+            call("cuMemcpyDtoH", || unsafe {
+                match data {
+                    Data::F32(v) => result::memcpy_dtoh_sync(v, ptr),
+                    Data::F64(v) => result::memcpy_dtoh_sync(v, ptr),
+                    Data::I32(v) => result::memcpy_dtoh_sync(v, ptr),
+                }
+            })
+        }
+    }
+
+    impl Drop for CtxBuf {
+        fn drop(&mut self) {
+            let ptr = self.ptr;
+            if self.ctx.enter().is_ok() {
+                // SAFETY: our own allocation, freed once; launches are synchronous, so no
+                // kernel still uses it. A failure (a poisoned context) only leaks it.
+                let _ = call("cuMemFree", || unsafe { result::free_sync(ptr) });
+            }
+        }
+    }
+
+    // SAFETY: a device address and the context's `Arc`; the memory is only reached through
+    // driver calls, each under the borrow rules of the owning `DeviceArray`.
+    unsafe impl Send for CtxBuf {}
+    // SAFETY: `&CtxBuf` only downloads (reads) the memory.
+    unsafe impl Sync for CtxBuf {}
+
+    /// A loaded module of a [`Ctx`] and its kernel, unloaded when dropped.
+    pub(crate) struct CtxModule {
+        ctx: Arc<Ctx>,
+        module: sys::CUmodule,
+        func: sys::CUfunction,
+    }
+
+    // SAFETY: module and function handles may be used from any thread of the process once
+    // their context is current, which every use makes it.
+    unsafe impl Send for CtxModule {}
+    // SAFETY: launching only reads the handles.
+    unsafe impl Sync for CtxModule {}
+
+    impl CtxModule {
+        /// The context it was loaded into.
+        pub(crate) fn ctx(&self) -> &Arc<Ctx> {
+            &self.ctx
+        }
+
+        /// Launches the kernel with one device pointer per parameter, in order, and waits
+        /// for it. A failure of the kernel itself poisons the context.
+        ///
+        /// # Safety
+        ///
+        /// `args` must be the kernel's parameters, in order: one buffer of this context per
+        /// parameter, each as large as the kernel indexes it; inputs not written.
+        pub(crate) unsafe fn launch(
+            &self,
+            grid: [u32; 3],
+            block: [u32; 3],
+            args: &[&CtxBuf],
+        ) -> Result<(), GpuError> {
+            self.ctx.enter()?;
+            let mut ptrs: Vec<sys::CUdeviceptr> = args.iter().map(|b| b.ptr).collect();
+            let mut params: Vec<*mut c_void> = ptrs
+                .iter_mut()
+                .map(|p| p as *mut sys::CUdeviceptr as *mut c_void)
+                .collect();
+            let func = self.func;
+            // SAFETY: the caller's promise on `args`; `params` holds the address of one live
+            // device pointer per parameter for the length of the call.
+            call("cuLaunchKernel", || unsafe {
+                result::launch_kernel(
+                    func,
+                    (grid[0], grid[1], grid[2]),
+                    (block[0], block[1], block[2]),
+                    0,
+                    std::ptr::null_mut(),
+                    &mut params,
+                )
+            })?;
+            call("cuCtxSynchronize", result::ctx::synchronize).inspect_err(|_| self.ctx.poison())
+        }
+    }
+
+    impl Drop for CtxModule {
+        fn drop(&mut self) {
+            let m = self.module;
+            if self.ctx.enter().is_ok() {
+                // SAFETY: our own module, unloaded once; launches are synchronous, so none of
+                // its kernels still runs.
+                let _ = call("cuModuleUnload", || unsafe { result::module::unload(m) });
+            }
         }
     }
 }

@@ -20,6 +20,7 @@
 //! Without the `cuda` feature everything here but the real device is built: a worker asked
 //! for the device answers [`GpuRunError::Unavailable`].
 
+pub mod device;
 pub mod driver;
 pub mod sim;
 mod wire;

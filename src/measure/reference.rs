@@ -23,6 +23,18 @@ pub struct CheckOptions {
     pub seed: u64,
 }
 
+impl CheckOptions {
+    /// Every element of every output compared, however large the workload (for tests and
+    /// one-off checks: the evaluator is slow).
+    pub fn every_element() -> CheckOptions {
+        CheckOptions {
+            full_check_max_flops: f64::INFINITY,
+            check_points: 0,
+            seed: 0,
+        }
+    }
+}
+
 /// Reference outputs and tolerance for one workload and its inputs.
 pub struct Reference {
     expected: Expected,
@@ -127,6 +139,12 @@ impl Reference {
     /// The relative tolerance outputs are held to.
     pub fn tolerance(&self) -> f64 {
         self.tol
+    }
+
+    /// [`Reference::check`] of host arrays.
+    pub fn check_nd(&self, outputs: &[NdData]) -> Result<(), MeasureError> {
+        let views: Vec<OutputView<'_>> = outputs.iter().map(OutputView::of_nd).collect();
+        self.check(&views)
     }
 
     /// `Ok` when `outputs` (one per output of the DAG, in order) match the reference within
