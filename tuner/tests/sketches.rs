@@ -34,6 +34,8 @@ fn sketches_of_every_op_are_correct() {
         ("batch_matmul:B=2,M=6,N=8,K=5", 1),
         ("dense_bias_relu:M=6,N=10,K=7", 1),
         ("conv2d:N=1,C=3,H=7,W=7,K=4,R=3,S=3,pad=1", 1),
+        // Output channels fill vectors and the width does not: the channel-vector sketch.
+        ("conv2d:N=1,C=3,H=6,W=6,K=32,R=3,S=3,pad=1", 1),
         ("depthwise_conv2d:N=1,C=3,H=8,W=8,R=3,S=3,stride=2,pad=1", 1),
         ("softmax:M=4,N=24", 1),
         ("reduce_sum:M=3,N=40", 2),
@@ -106,6 +108,45 @@ fn sketch_structures() {
         .unwrap_or_else(|| panic!("no copy vectorized along j:\n{f}"));
     assert!(copy.trim_start().starts_with("W.local["), "{f}");
     check(&dag, &st, 1);
+
+    // conv2d with a width of 28 (not whole vectors) and 32 output channels: a sketch
+    // vectorizes the output channels, stores the accumulator tile with them last and packs the
+    // weights W[k, c, r, s] with k last.
+    let (dag, sk) = names("conv2d:N=1,C=8,H=28,W=28,K=32,R=3,S=3,pad=1");
+    let names_of: Vec<&str> = sk.iter().map(|s| s.name.as_str()).collect();
+    let vec = sk
+        .iter()
+        .find(|s| s.name.ends_with("tile+vec1"))
+        .unwrap_or_else(|| panic!("{names_of:?}"));
+    let st = vec
+        .instantiate(&dag, &sample(vec, &mut rng, &opts))
+        .unwrap();
+    let text = st.trace().to_string();
+    assert!(text.contains("reorder_storage(s2, [1, 2, 3, 0])"), "{text}");
+    assert!(text.contains("reorder_storage(s3, [0, 2, 3, 1])"), "{text}");
+    check(&dag, &st, 2);
+    // Its padding is always in a buffer (an inlined one would put a bounds check on every
+    // broadcast) and its weights are packed once, at the root: the copy (s2, as above) is
+    // never computed at a loop of the tile.
+    assert_eq!(
+        sk.iter().filter(|s| s.name.contains("+vec")).count(),
+        1,
+        "{names_of:?}"
+    );
+    assert!(vec.name.starts_with("pad:root"), "{names_of:?}");
+    for seed in 0..8 {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let st = vec
+            .instantiate(&dag, &sample(vec, &mut rng, &opts))
+            .unwrap();
+        let text = st.trace().to_string();
+        assert!(text.contains("reorder_storage(s2, [1, 2, 3, 0])"), "{text}");
+        assert!(!text.contains("compute_at(s2,"), "{text}");
+        check(&dag, &st, 10 + seed);
+    }
+    // Not where the width fills half vectors.
+    let (_, sk) = names("conv2d:N=1,C=8,H=56,W=56,K=32,R=3,S=3,pad=1");
+    assert!(sk.iter().all(|s| !s.name.contains("+vec")));
 
     // conv2d's padding, when computed inside the tile, is vectorized over its region.
     let (dag, sk) = names("conv2d:N=1,C=8,H=14,W=14,K=8,R=3,S=3,pad=1");

@@ -20,6 +20,8 @@ pub struct SketchBuilder {
     deferred: Vec<SketchStep>,
     /// `STAGE:VARIANT` per stage a rule took, outputs first.
     names: Vec<String>,
+    /// Stages a consumer's variant needs computed into a buffer, not inlined.
+    materialized: Vec<TensorId>,
 }
 
 impl SketchBuilder {
@@ -31,7 +33,21 @@ impl SketchBuilder {
             holes: Vec::new(),
             deferred: Vec::new(),
             names: Vec::new(),
+            materialized: Vec::new(),
         }
+    }
+
+    /// Asks the rules of the stage computing `t` (not yet applied: stages are visited
+    /// outputs first) to compute it into a buffer rather than inline it.
+    pub fn keep_materialized(&mut self, t: TensorId) {
+        if !self.materialized.contains(&t) {
+            self.materialized.push(t);
+        }
+    }
+
+    /// True if a consumer's variant asked for `t` in a buffer ([`Self::keep_materialized`]).
+    pub fn must_materialize(&self, t: TensorId) -> bool {
+        self.materialized.contains(&t)
     }
 
     /// Appends a step with no hole.

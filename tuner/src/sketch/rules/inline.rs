@@ -26,8 +26,12 @@ impl SketchRule for AlwaysInline {
 
     /// Padding inlined makes every read of it a bounds check in the consumer's innermost
     /// loop; computed once at the root, the reads are plain loads. Which is faster depends on
-    /// the tile, so both are searched.
+    /// the tile, so both are searched, unless the consumer's variant asked for a buffer
+    /// ([`SketchBuilder::must_materialize`]).
     fn apply(&self, cx: &RuleContext, b: &SketchBuilder, t: TensorId) -> Vec<Variant> {
+        if b.must_materialize(t) {
+            return vec![("root".to_string(), plain::plain(cx, b, t))];
+        }
         let mut v = vec![("inline".to_string(), inline(b, t))];
         if has_select(cx.dag, t) {
             v.push(("root".to_string(), plain::plain(cx, b, t)));

@@ -15,6 +15,15 @@
 //! computed inside the tile and stored with that axis last, so the register tile reads rows a
 //! vector apart rather than the input's width apart (or, for W, rather than gathering a row
 //! apart per lane).
+//!
+//! Where the innermost spatial axis does not fill whole vectors (conv2d's output width: 28,
+//! 14, 7 on ResNet-50's later layers) and another spatial axis does (its output channels), a
+//! third sketch makes that axis the **vector axis**: it goes innermost in every spatial
+//! level, the accumulator tile is stored with it last, and the input it indexes (the weights)
+//! is packed with it last, so the register tile broadcasts one input element across a vector
+//! of output channels, as the channel-blocked (NCHWc) schedules of other compilers do. That
+//! copy is a transpose and is made once, at the root; the sketch's inputs computed by other
+//! stages (the padding) are kept in buffers rather than inlined.
 
 use super::{unroll_hole, Applies, RuleContext, RuleError, SketchBuilder, SketchRule, Variant};
 use crate::sketch::{ChoiceKind, SketchStep};
@@ -107,11 +116,22 @@ impl SketchRule for MultiLevelTiling {
     fn apply(&self, cx: &RuleContext, b: &SketchBuilder, t: TensorId) -> Vec<Variant> {
         let fused = cx.fused_consumer(t);
         let suffix = if fused.is_some() { "+fuse" } else { "" };
-        let mut v = vec![(format!("tile{suffix}"), self.tile(cx, b, t, fused, None))];
-        if let Some(x) = packable_input(cx.dag, t) {
+        let ns = cx.dag.op(t).shape.len();
+        let last = ns.saturating_sub(1);
+        let mut v = vec![(
+            format!("tile{suffix}"),
+            self.tile(cx, b, t, fused, None, last),
+        )];
+        if let Some(x) = packable_input(cx.dag, t, last) {
             v.push((
                 format!("tile{suffix}+pack"),
-                self.tile(cx, b, t, fused, Some(x)),
+                self.tile(cx, b, t, fused, Some(x), last),
+            ));
+        }
+        if let Some((axis, x)) = channel_vector_axis(cx, t) {
+            v.push((
+                format!("tile{suffix}+vec{axis}"),
+                self.tile(cx, b, t, fused, Some(x), axis),
             ));
         }
         v
@@ -125,6 +145,8 @@ struct Tiled {
     outer: u32,
     /// Number of spatial axes.
     ns: usize,
+    /// The spatial axis whose register tile is vectorized (innermost in every level).
+    vec_axis: usize,
     /// Per spatial axis, its tile hole.
     holes: Vec<usize>,
 }
@@ -132,7 +154,9 @@ struct Tiled {
 impl MultiLevelTiling {
     /// The tiling of `t`, with the outer levels in `consumer` (fusion) or in a copy-out stage
     /// after a cache write; with `pack`, that input is read through a local copy of the
-    /// region the tile needs (see [`packable_input`]).
+    /// region the tile needs (see [`packable_input`]). `vec_axis` is the spatial axis the
+    /// register tile vectorizes: the last one, or another (see the module doc), whose loops
+    /// then go innermost in each level and last in the accumulator's storage.
     fn tile(
         &self,
         cx: &RuleContext,
@@ -140,6 +164,7 @@ impl MultiLevelTiling {
         t: TensorId,
         consumer: Option<TensorId>,
         pack: Option<(TensorId, usize)>,
+        vec_axis: usize,
     ) -> Result<SketchBuilder, RuleError> {
         let mut b = b.clone();
         let (compute, outer) = match consumer {
@@ -153,7 +178,27 @@ impl MultiLevelTiling {
                 (p, p + 1)
             }
         };
-        let tiled = self.split_and_order(cx, &mut b, t, compute, outer)?;
+        let tiled = self.split_and_order(cx, &mut b, t, compute, outer, vec_axis)?;
+        if vec_axis + 1 != tiled.ns {
+            // The accumulator tile with the vector axis last, so that the register tile's
+            // lanes are consecutive elements (the copy-out reads it strided instead).
+            let mut order: Vec<u32> = (0..tiled.ns as u32)
+                .filter(|&a| a as usize != vec_axis)
+                .collect();
+            order.push(vec_axis as u32);
+            b.fixed(Step::ReorderStorage {
+                stage: compute,
+                order,
+            })?;
+            // The register tile broadcasts one input element to a vector of output channels
+            // per step: a producer inlined there (padding) puts a bounds check on every
+            // broadcast, which on conv2d 28x28 cost a quarter of the speed (73.6 GFLOP/s
+            // against 95-107 with the padding in a buffer). Its rule then offers the buffer
+            // only.
+            for p in computed_inputs(cx.dag, t) {
+                b.keep_materialized(p);
+            }
+        }
         self.follow_outer(&mut b, &tiled)?;
         // By tensor: packing inserts a stage before both.
         let (ct, ot) = (b.tensor(compute)?, b.tensor(outer)?);
@@ -179,9 +224,10 @@ impl MultiLevelTiling {
         Ok(b)
     }
 
-    /// Splits the compute stage's spatial axes into the structure's `S` levels (the last
-    /// axis's innermost within [`REGISTER_TILE_VECTORS`] vectors) and its reduce axes into its `R` levels, and
-    /// orders the loops as the structure reads.
+    /// Splits the compute stage's spatial axes into the structure's `S` levels (the vector
+    /// axis's innermost within [`REGISTER_TILE_VECTORS`] vectors) and its reduce axes into its
+    /// `R` levels, and orders the loops as the structure reads, the vector axis last in each
+    /// spatial level.
     fn split_and_order(
         &self,
         cx: &RuleContext,
@@ -189,6 +235,7 @@ impl MultiLevelTiling {
         t: TensorId,
         compute: u32,
         outer: u32,
+        vec_axis: usize,
     ) -> Result<Tiled, RuleError> {
         let ns = cx.dag.op(t).shape.len();
         let nr = cx.dag.info(t).reduce_axes.len();
@@ -203,15 +250,19 @@ impl MultiLevelTiling {
             b.split(compute, (ns + r) as u32, rl, None)?;
         }
         for a in (0..ns).rev() {
-            let lanes = (a + 1 == ns).then(|| cx.lanes(t) * REGISTER_TILE_VECTORS);
+            let lanes = (a == vec_axis).then(|| cx.lanes(t) * REGISTER_TILE_VECTORS);
             holes[a] = b.split(compute, a as u32, sl.max(2), lanes)?;
         }
         // Loop `l` of spatial axis `a` is at sl*a + l; of reduce axis `k`, at sl*ns + rl*k + l.
+        let axes: Vec<usize> = (0..ns)
+            .filter(|&a| a != vec_axis)
+            .chain([vec_axis])
+            .collect();
         let mut order = Vec::new();
         let (mut s_level, mut r_level) = (0, 0);
         for c in self.structure.chars() {
             if c == 'S' {
-                order.extend((0..ns).map(|a| (sl * a + s_level) as u32));
+                order.extend(axes.iter().map(|a| (sl * a + s_level) as u32));
                 s_level += 1;
             } else {
                 order.extend((0..nr).map(|k| (sl * ns + rl * k + r_level) as u32));
@@ -226,6 +277,7 @@ impl MultiLevelTiling {
             compute,
             outer,
             ns,
+            vec_axis,
             holes,
         })
     }
@@ -255,7 +307,7 @@ impl MultiLevelTiling {
         b.compute_at(tiled.compute, outer, choices)
     }
 
-    /// Packs input `x`, indexed by the innermost spatial axis at its index `at`: a local copy
+    /// Packs input `x`, indexed by the vector axis at its index `at`: a local copy
     /// read by the compute stage, with that axis stored last and split like the register
     /// tile's vector lanes (the last spatial level), its inner part the copy's innermost loop.
     /// The copy is computed inside the compute stage's tile after one of its outer spatial
@@ -291,7 +343,7 @@ impl MultiLevelTiling {
         b.follow(
             cache,
             at as u32,
-            tiled.holes[tiled.ns - 1],
+            tiled.holes[tiled.vec_axis],
             vec![(last - 1, last)],
         )?;
         if at + 1 != nd {
@@ -306,6 +358,14 @@ impl MultiLevelTiling {
         let ns = tiled.ns as i64;
         let mut choices: Vec<i64> = (1..=self.outer_levels as i64).map(|l| l * ns - 1).collect();
         choices.push(self.outer_levels as i64 * ns);
+        if tiled.vec_axis + 1 != tiled.ns {
+            // Along a vector axis that is not the input's last (conv2d's weights, [K, C, R,
+            // S], vectorized along K) the copy is a transpose whose reads gather. Inside the
+            // tile it was redone for every outer tile, 13% of conv2d 28x28's run time; at the
+            // root it is done once, and the layer's weights are small beside its work (each
+            // is used at every output pixel).
+            choices = vec![-1];
+        }
         let target = b.pos(ct)?;
         b.compute_at(cache, target, choices)?;
         b.defer(SketchStep::VectorizeInnermost {
@@ -317,14 +377,15 @@ impl MultiLevelTiling {
 }
 
 /// An input worth packing for a tiled reduction, and the position of its index that is the
-/// stage's innermost spatial axis: a placeholder indexed by that axis (a plain variable) and
-/// not varying with some other spatial axis. B[k, j] of matmul and batch matmul has it last:
+/// stage's spatial axis `axis` (the innermost, or the vector axis of [`channel_vector_axis`]):
+/// a placeholder indexed by that axis (a plain variable) and not varying with some other
+/// spatial axis. B[k, j] of matmul and batch matmul has it last:
 /// the register tile reads B along it for successive reduction steps, a row of B apart, and
 /// copied into a local buffer over the tile's columns those rows lie a vector apart instead
 /// of B's whole width (with rows of 4 KiB, successive rows fall into one set of the L1 cache
 /// and evict each other). W[j, k] of dense has it first: the tile's vector lanes would gather
 /// W a row apart each, and its copy is stored transposed ([`Step::ReorderStorage`]).
-fn packable_input(dag: &ComputeDag, t: TensorId) -> Option<(TensorId, usize)> {
+fn packable_input(dag: &ComputeDag, t: TensorId, axis: usize) -> Option<(TensorId, usize)> {
     let OpKind::Compute {
         axes,
         body: Expr::Reduce { source, .. },
@@ -332,7 +393,7 @@ fn packable_input(dag: &ComputeDag, t: TensorId) -> Option<(TensorId, usize)> {
     else {
         return None;
     };
-    let last = axes.last()?.var.id;
+    let last = axes.get(axis)?.var.id;
     let mut found = None;
     source.visit(&mut |e| {
         if let Expr::Load {
@@ -350,6 +411,47 @@ fn packable_input(dag: &ComputeDag, t: TensorId) -> Option<(TensorId, usize)> {
             }
         }
     });
+    found
+}
+
+/// A spatial axis other than the innermost for the register tile to vectorize, and the input
+/// to pack along it: only where the innermost axis does not fill whole half-vectors and this
+/// one fills vectors (conv2d's output channels where its width is 28), and some input is
+/// indexed by it alone (the weights). The innermost such axis.
+///
+/// Half vectors, because on Zen 4 (512-bit operations run as two 256-bit halves) a width of
+/// 56 = 7 x 8 lanes reached 0.94 of the FMA peak along the width, while the extra sketch split
+/// the search's trials: 52.8 GFLOP/s after 256 trials against 110.8 without it. On ResNet-50's
+/// 28 x 28 layer, with the weights packed at the root and the padding in a buffer, it took
+/// the mean of five seeds from 91.5 to 98.9 GFLOP/s (0.78 to 0.85 of the peak) and the worst
+/// seed from 81.2 to 94.2; on the 14 x 14 and 7 x 7 layers it changed nothing beyond noise
+/// (docs/measurements.md, "Output channels as the vector axis, again").
+fn channel_vector_axis(cx: &RuleContext, t: TensorId) -> Option<(usize, (TensorId, usize))> {
+    let shape = &cx.dag.op(t).shape;
+    let lanes = cx.lanes(t);
+    let (&last, rest) = shape.split_last()?;
+    if lanes <= 1 || last % (lanes / 2).max(1) == 0 {
+        return None;
+    }
+    rest.iter()
+        .enumerate()
+        .rev()
+        .filter(|&(_, &e)| e >= lanes && e % lanes == 0)
+        .find_map(|(a, _)| Some((a, packable_input(cx.dag, t, a)?)))
+}
+
+/// The stages other than placeholders that `t` reads.
+fn computed_inputs(dag: &ComputeDag, t: TensorId) -> Vec<TensorId> {
+    let mut found = Vec::new();
+    if let OpKind::Compute { body, .. } = &dag.op(t).kind {
+        body.visit(&mut |e| {
+            if let Expr::Load { tensor, .. } = e {
+                if !matches!(dag.op(*tensor).kind, OpKind::Placeholder) && !found.contains(tensor) {
+                    found.push(*tensor);
+                }
+            }
+        });
+    }
     found
 }
 
