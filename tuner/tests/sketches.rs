@@ -144,6 +144,29 @@ fn sketch_structures() {
         assert!(!text.contains("compute_at(s2,"), "{text}");
         check(&dag, &st, 10 + seed);
     }
+    // With threads, that root copy runs in parallel too.
+    let threads = TuneOptions {
+        threads: 2,
+        ..TuneOptions::default()
+    };
+    let sk = rules::generate(&dag, &threads);
+    let vec = sk
+        .iter()
+        .find(|s| s.name.contains("+vec"))
+        .unwrap_or_else(|| panic!("{:?}", sk.iter().map(|s| &s.name).collect::<Vec<_>>()));
+    for seed in 0..4 {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let st = vec
+            .instantiate(&dag, &sample(vec, &mut rng, &threads))
+            .unwrap();
+        let f = lower(&st).unwrap().to_string();
+        let copy_loop = f
+            .lines()
+            .find(|l| l.starts_with("  ") && l.trim_start().contains("for ax0.0"))
+            .unwrap_or_else(|| panic!("no root copy loop:\n{f}"));
+        assert!(copy_loop.starts_with("  parallel for"), "{f}");
+        check(&dag, &st, 20 + seed);
+    }
     // Not where the width fills half vectors.
     let (_, sk) = names("conv2d:N=1,C=8,H=56,W=56,K=32,R=3,S=3,pad=1");
     assert!(sk.iter().all(|s| !s.name.contains("+vec")));

@@ -366,8 +366,15 @@ impl MultiLevelTiling {
             // is used at every output pixel).
             choices = vec![-1];
         }
+        let at_root = choices == [-1];
         let target = b.pos(ct)?;
         b.compute_at(cache, target, choices)?;
+        if at_root && cx.target.threads() > 1 {
+            // At the root the copy is a stage of its own, outside the compute's parallel
+            // loop: run serially, it would idle every core but one while it runs.
+            let hole = b.choice(vec![1, 2], ChoiceKind::Parallel);
+            b.defer(SketchStep::ParallelOuter { tensor: pt, hole });
+        }
         b.defer(SketchStep::VectorizeInnermost {
             tensor: pt,
             max_lanes: cx.lanes(x),
