@@ -88,7 +88,7 @@ fn sketch_structures() {
 
     // dense reads W[j, k]: its packed copy is stored with j (the tile's vector axis) last and
     // the copy's innermost loop runs along j, vectorized.
-    let (dag, sk) = names("dense_bias_relu:M=64,N=64,K=32");
+    let (dag, sk) = names("dense_bias_relu:M=64,N=64,K=48");
     let pack = sk
         .iter()
         .find(|s| s.name.contains("tile+fuse+pack"))
