@@ -192,9 +192,9 @@ impl MultiLevelTiling {
             })?;
             // The register tile broadcasts one input element to a vector of output channels
             // per step: a producer inlined there (padding) puts a bounds check on every
-            // broadcast, which on conv2d 28x28 cost a quarter of the speed (73.6 GFLOP/s
-            // against 95-107 with the padding in a buffer). Its rule then offers the buffer
-            // only.
+            // broadcast, which made this sketch's worst conv2d 28x28 runs (docs/
+            // measurements.md, "Output channels as the vector axis, again"). Its rule then
+            // offers the buffer only.
             for p in computed_inputs(cx.dag, t) {
                 b.keep_materialized(p);
             }
@@ -259,8 +259,9 @@ impl MultiLevelTiling {
                 // A reduction of a few taps (depthwise conv2d's 3x3 window) goes whole into
                 // the innermost reduce level, just outside the register tile, so that the
                 // accumulators stay in registers over every tap. Split at outer levels, the
-                // accumulator tile is re-read from memory for each tap: on depthwise 56x56
-                // such programs ran at 0.4-0.57 ms where the best ran at 0.28.
+                // accumulator tile is re-read from memory for each tap, which is what the slow
+                // depthwise programs did (docs/measurements.md, "Depthwise conv2d: the window
+                // whole in the inner reduce level").
                 (Some(total), Some(e)) if total <= SMALL_REDUCTION => {
                     let mut factors = vec![1; rl - 2];
                     factors.push(e);
@@ -387,7 +388,7 @@ impl MultiLevelTiling {
         if tiled.vec_axis + 1 != tiled.ns {
             // Along a vector axis that is not the input's last (conv2d's weights, [K, C, R,
             // S], vectorized along K) the copy is a transpose whose reads gather. Inside the
-            // tile it was redone for every outer tile, 13% of conv2d 28x28's run time; at the
+            // tile it was redone for every outer tile, a large share of the run time; at the
             // root it is done once, and the layer's weights are small beside its work (each
             // is used at every output pixel).
             choices = vec![-1];
@@ -457,12 +458,9 @@ fn packable_input(dag: &ComputeDag, t: TensorId, axis: usize) -> Option<(TensorI
 /// indexed by it alone (the weights). The innermost such axis.
 ///
 /// Half vectors, because on Zen 4 (512-bit operations run as two 256-bit halves) a width of
-/// 56 = 7 x 8 lanes reached 0.94 of the FMA peak along the width, while the extra sketch split
-/// the search's trials: 52.8 GFLOP/s after 256 trials against 110.8 without it. On ResNet-50's
-/// 28 x 28 layer, with the weights packed at the root and the padding in a buffer, it took
-/// the mean of five seeds from 91.5 to 98.9 GFLOP/s (0.78 to 0.85 of the peak) and the worst
-/// seed from 81.2 to 94.2; on the 14 x 14 and 7 x 7 layers it changed nothing beyond noise
-/// (docs/measurements.md, "Output channels as the vector axis, again").
+/// 56 = 7 x 8 lanes runs near the FMA peak along the width, and offering this sketch there
+/// too split the search's trials and lost badly on some seeds; on the 28 x 28 layer it wins
+/// on every seed (docs/measurements.md, "Output channels as the vector axis, again").
 fn channel_vector_axis(cx: &RuleContext, t: TensorId) -> Option<(usize, (TensorId, usize))> {
     let shape = &cx.dag.op(t).shape;
     let lanes = cx.lanes(t);
