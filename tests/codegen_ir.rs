@@ -605,6 +605,33 @@ fn padded_vector_accesses_match() {
     }
 }
 
+#[test]
+fn wide_non_power_of_two_lanes_run_in_register_chunks() {
+    // More lanes than a register, not a power of two: whole registers, then the rest.
+    for w in [17, 24, 40, 48, 80, 100] {
+        for dtype in [DType::F32, DType::F64, DType::I32] {
+            for scope in [Scope::Local, Scope::Global] {
+                let d = jit_vs_interp(&rows_op(3, w, dtype, scope), 1, 17);
+                assert!(d < 1e-6, "w={w} {dtype} {scope:?}: {d}");
+            }
+        }
+    }
+    let host = tensortune::codegen::HostTarget::host();
+    let register = (host.vector_bits / 32) as usize;
+    let ir = tensortune::codegen::llvm::emit_llvm_ir(
+        &rows_op(4, 48, DType::F32, Scope::Local),
+        &CodegenOptions {
+            optimize: false,
+            ..CodegenOptions::default()
+        },
+    )
+    .expect("ir");
+    assert!(!ir.contains("<48 x"), "{ir}");
+    if 48 % register == 0 {
+        assert!(ir.contains(&format!("<{register} x float>")), "{ir}");
+    }
+}
+
 /// The unoptimized LLVM IR of `f`, or `None` (the test skips) on a host without AVX-512 masks.
 fn raw_ir_with_avx512_masks(f: &LoweredFunc, opts: CodegenOptions) -> Option<String> {
     let host = tensortune::codegen::HostTarget::host();

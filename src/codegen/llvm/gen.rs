@@ -51,6 +51,9 @@ pub(super) struct VecCtx<'ctx> {
     /// In a widened loop (see [`super::vector`]), the mask of the lanes that are iterations of
     /// the loop; `mask` starts as it and only ever narrows.
     pub tail: Option<VectorValue<'ctx>>,
+    /// The iteration lane 0 runs: 0, or in a loop run in register-wide chunks (see
+    /// [`super::vector`]) the first iteration of the chunk.
+    pub lane0: i64,
 }
 
 /// Emitter state for one module.
@@ -512,27 +515,51 @@ impl<'ctx> Gen<'ctx, '_> {
     }
 
     fn vector_loop(&mut self, var: &Var, lanes: u32, body: &Stmt) -> Res<()> {
-        let i64t = self.cx.i64_type();
         let widened = self.can_widen(body, var.id, lanes)?;
-        let width = if widened {
-            lanes.next_power_of_two()
-        } else {
-            lanes
-        };
-        let ramp: Vec<IntValue> = (0..width)
-            .map(|l| i64t.const_int(l as u64, false))
+        if widened {
+            let width = lanes.next_power_of_two();
+            let tail = Some(self.lane_prefix_mask(lanes, width));
+            return self.vector_chunk(var, 0, width, lanes, tail, body);
+        }
+        let native = (self.opts.vector_bits.unwrap_or(self.host.vector_bits) / 32).max(1);
+        if lanes.is_power_of_two() || lanes <= native {
+            return self.vector_chunk(var, 0, lanes, lanes, None, body);
+        }
+        // Register-wide chunks, then the rest (see the module doc of `vector`).
+        let mut first = 0;
+        while first < lanes {
+            let n = native.min(lanes - first);
+            self.vector_chunk(var, first as i64, n, n, None, body)?;
+            first += n;
+        }
+        Ok(())
+    }
+
+    /// The body once on `width` lanes running iterations `lane0..lane0 + active` of `var`.
+    fn vector_chunk(
+        &mut self,
+        var: &Var,
+        lane0: i64,
+        width: u32,
+        active: u32,
+        tail: Option<VectorValue<'ctx>>,
+        body: &Stmt,
+    ) -> Res<()> {
+        let i64t = self.cx.i64_type();
+        let ramp: Vec<IntValue> = (0..width as i64)
+            .map(|l| i64t.const_int((lane0 + l) as u64, false))
             .collect();
         self.bind_var(
             var,
             Some(inkwell::types::VectorType::const_vector(&ramp).into()),
         );
-        let tail = widened.then(|| self.lane_prefix_mask(lanes, width));
         self.vec = Some(VecCtx {
             var: var.id,
             lanes: width,
-            active: lanes,
+            active,
             mask: tail,
             tail,
+            lane0,
         });
         let r = self.stmt(body);
         self.vec = None;

@@ -17,6 +17,16 @@
 //! stores are masked (inactive lanes' addresses may be out of bounds), and scalar loads run
 //! only if some lane is active.
 //!
+//! **Register-wide chunks.** A loop of more lanes than a register holds whose count is not a
+//! power of two (48 f32 lanes on AVX-512) and that is not widened runs as chunks of one
+//! register each, then one of the rest: the body once per chunk, lane 0 of chunk `c` being
+//! iteration `c * R`. Lanes touch only their own elements of what the body stores (the test
+//! above), so chunk after chunk computes what all lanes at once do. LLVM otherwise keeps
+//! `<48 x float>` values, and where one becomes a loop-carried accumulator (an update whose
+//! load and store GVN turns into a phi) instruction selection takes it apart element by
+//! element through the stack: a matmul register tile of 5 x 48 ran 10x slower than with the
+//! tile's rows in chunks (docs/measurements.md, "Vectors wider than a register").
+//!
 //! **Widened loops.** On AVX-512 a loop of a non-power-of-two lane count `N` (a register tile
 //! of 14 columns) runs on `W = N.next_power_of_two()` lanes with the first `N` active
 //! ([`Gen::can_widen`]): accesses to main memory, gathers and scatters are masked, and an
@@ -227,12 +237,12 @@ impl<'ctx> Gen<'ctx, '_> {
         Ok(r.into_int_value())
     }
 
-    /// Evaluates `e` as a scalar with the vectorized variable at lane 0.
+    /// Evaluates `e` as a scalar with the vectorized variable at lane 0's iteration.
     fn at_lane0(&mut self, e: &Expr) -> Res<IntValue<'ctx>> {
         let ctx = self.vctx()?;
         let i = ctx.var as usize;
         let saved = self.vars[i];
-        self.vars[i] = Some(self.cx.i64_type().const_zero().into());
+        self.vars[i] = Some(self.cx.i64_type().const_int(ctx.lane0 as u64, true).into());
         self.vec = None;
         let r = self.index(e);
         self.vec = Some(ctx);
