@@ -9,8 +9,10 @@
 //!   own: how well the model ranks the programs of a shape it never saw, which is what a warm
 //!   start on a new workload relies on.
 //!
-//! Scores come from [`crate::metrics`]. The random model's figures are averaged over
-//! [`EvalOptions::random_repeats`] seeds so that its expected 0.5 shows as about 0.5.
+//! Scores come from [`crate::metrics`]. Beside each gradient-boosted model stand two untrained
+//! ones: `random`, whose figures are averaged over [`EvalOptions::random_repeats`] seeds so
+//! that its expected 0.5 shows as about 0.5, and `analytic` ([`AnalyticModel`]: the
+//! features' own cost estimate, what the search ranks with before it has trained).
 
 use std::collections::BTreeMap;
 
@@ -21,6 +23,7 @@ use serde::Serialize;
 
 use crate::error::ModelError;
 use crate::metrics::{pairwise_accuracy, spearman, top_k_recall};
+use crate::model::analytic::AnalyticModel;
 use crate::model::gbdt::{GbdtModel, GbdtOptions, Objective};
 use crate::model::random::RandomModel;
 use crate::model::{CostModel, Sample};
@@ -172,6 +175,12 @@ fn score(
     models.insert(
         "random".to_string(),
         RankingMetrics::mean(&runs.iter().collect::<Vec<_>>()),
+    );
+    // Untrained: what the features' own cost estimate ranks (ties drawn by the seed).
+    let analytic = AnalyticModel::new(opts.seed).predict(&test_features)?;
+    models.insert(
+        "analytic".to_string(),
+        RankingMetrics::of(&analytic, &truth, opts.top_k),
     );
     Ok(models)
 }

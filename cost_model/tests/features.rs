@@ -144,7 +144,67 @@ fn vectorization_features_differ() {
         .filter(|(c, _)| plain.row(rp).unwrap()[*c] != vec.row(rv).unwrap()[*c])
         .map(|(_, n)| *n)
         .collect();
-    assert!(differs.iter().all(|n| n.starts_with("vec_")), "{differs:?}");
+    // Besides the annotation, only what the micro-kernel model makes of it: the body now
+    // holds the lanes, so it costs and loads differently.
+    let kernel = |n: &str| {
+        n.starts_with("body_") || n == "row_cycles_per_flop" || n == "program_cycles_per_flop"
+    };
+    assert!(
+        differs.iter().all(|n| n.starts_with("vec_") || kernel(n)),
+        "{differs:?}"
+    );
+    let fpc = |f: &ProgramFeatures, r| f.get(r, "body_flops_per_cycle").unwrap();
+    assert!(fpc(&vec, rv) > fpc(&plain, rp));
+}
+
+/// Matmul 64³ as `i.0 j.0 k i.1 j.1` with a `ti x tj` register tile: `i.1` unrolled, `j.1`
+/// vectorized.
+fn register_tile(ti: i64, tj: i64) -> ProgramFeatures {
+    let dag = WorkloadSpec::parse("matmul:M=64,N=64,K=64")
+        .unwrap()
+        .build()
+        .unwrap();
+    let mut s = State::new(&dag);
+    s.tile(2, 0, 1, ti, tj).unwrap();
+    s.reorder(2, &[0, 1, 4, 2, 3]).unwrap();
+    s.unroll(2, 3).unwrap();
+    s.vectorize(2, 4).unwrap();
+    features(&s)
+}
+
+#[test]
+fn register_tiles_show_in_the_micro_kernel_features() {
+    // 8 rows x 16 lanes: eight 64-byte accumulators that stay in registers across k.
+    let f = register_tile(8, 16);
+    let r = update_row(&f);
+    let get = |f: &ProgramFeatures, n: &str| f.get(r, n).unwrap();
+    assert_eq!(get(&f, "body_loops"), slog(2.0));
+    assert_eq!(get(&f, "body_acc_regs"), slog(8.0));
+    assert_eq!(get(&f, "body_acc_in_regs"), 1.0);
+    // 8 FMAs of two 32-byte halves each.
+    assert_eq!(get(&f, "body_vec_ops"), slog(16.0));
+    // Loads and stores count 32-byte halves too: 8 broadcasts of A, one 64-byte row of B,
+    // and the accumulators once per k loop.
+    assert_eq!(get(&f, "body_loads"), slog(8.0 + 2.0 + 16.0 / 64.0));
+    assert_eq!(get(&f, "body_stores"), slog(16.0 / 64.0));
+
+    // 32 x 16: more accumulators than registers, so every update loads and stores its own.
+    let spill = register_tile(32, 16);
+    assert_eq!(get(&spill, "body_acc_regs"), slog(32.0));
+    assert_eq!(get(&spill, "body_acc_in_regs"), 0.0);
+    assert_eq!(get(&spill, "body_stores"), slog(64.0));
+    assert!(get(&spill, "body_flops_per_cycle") < get(&f, "body_flops_per_cycle"));
+
+    // 1 x 16: one accumulator chain, bound by the FMA latency.
+    let thin = register_tile(1, 16);
+    assert_eq!(get(&thin, "body_acc_regs"), slog(1.0));
+    assert!(get(&thin, "body_flops_per_cycle") < get(&f, "body_flops_per_cycle"));
+    // The whole program's estimate follows.
+    let per_flop = |f: &ProgramFeatures| f.get(0, "program_cycles_per_flop").unwrap();
+    assert!(per_flop(&f) < per_flop(&thin) && per_flop(&f) < per_flop(&spill));
+    for row in 0..f.num_rows() {
+        assert_eq!(f.get(row, "program_cycles_per_flop"), Some(per_flop(&f)));
+    }
 }
 
 #[test]

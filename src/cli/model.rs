@@ -2,8 +2,8 @@
 //!
 //! - `model eval`: per workload, train on a random 80% of its records (with `--held-out`, on
 //!   the other workloads' records) and report on the rest the pairwise ranking accuracy,
-//!   Spearman correlation and top-5 recall of the gradient-boosted model beside the random
-//!   model's.
+//!   Spearman correlation and top-5 recall of the gradient-boosted model beside those of the
+//!   random model and of the analytic one (the features' own cost estimate, untrained).
 //! - `model train`: train on every record of a target and save the model, so that a new
 //!   tuning run can start warm.
 
@@ -29,7 +29,8 @@ pub struct ModelArgs {
 /// The `model` subcommands.
 #[derive(Debug, clap::Subcommand)]
 pub enum ModelCommand {
-    /// Held-out ranking quality of the cost model, per workload, beside the random model.
+    /// Held-out ranking quality of the cost model, per workload, beside the random and the
+    /// analytic (untrained) models.
     #[command(
         after_help = "Example:\n  tensortune model eval --db tuning.db\n  tensortune model eval --db tuning.db --held-out\n  tensortune model eval --db tuning.db --objective both --json"
     )]

@@ -15,6 +15,32 @@ use tensortune_schedules::ir::{BufKind, ForKind, LoweredFunc, Scope, Stmt, Threa
 /// both handled well by 64.
 const CACHE_LINE: f64 = 64.0;
 
+// The model core of the kernel group (AMD Zen 4; see `names` for how they are used). Other
+// cores shift these figures; the model is trained per target, so the trees learn their own
+// thresholds.
+/// A vector register.
+const VECTOR_BYTES: f64 = 64.0;
+/// What one FMA pipe, load port or store port takes a cycle: a 64-byte op is two.
+const UNIT_BYTES: f64 = 32.0;
+const FMA_PORTS: f64 = 2.0;
+const FMA_LATENCY: f64 = 4.0;
+const LOAD_PORTS: f64 = 2.0;
+const STORE_PORTS: f64 = 1.0;
+/// Cycles of the loop control around each execution of the body.
+const LOOP_OVERHEAD: f64 = 1.0;
+/// Registers accumulators may take (of 32) before they spill: the rest hold the operands.
+const ACC_REGISTERS: f64 = 28.0;
+/// Copies of the body up to which an update's rolled inner loops count as unrolled:
+/// `CodegenOptions::llvm_unroll_max_inner` lets LLVM unroll such loops.
+const LLVM_UNROLLED_COPIES: f64 = 16.0;
+const L1_BYTES: f64 = 32768.0;
+const L2_BYTES: f64 = 1048576.0;
+const L3_BYTES: f64 = 33554432.0;
+/// Bytes a cycle each cache takes in from the level below, sustained.
+const L2_BYTES_PER_CYCLE: f64 = 16.0;
+const L3_BYTES_PER_CYCLE: f64 = 8.0;
+const DRAM_BYTES_PER_CYCLE: f64 = 8.0;
+
 /// Arithmetic counts of one execution of a store, in the order of the computation group.
 #[derive(Clone, Copy, Default)]
 struct Ops([f64; 17]);
@@ -172,6 +198,10 @@ struct Walker<'f> {
     /// Per buffer: how many stores of the function touch it.
     store_users: Vec<u32>,
     out: Vec<f32>,
+    /// Floating-point operations of the whole program.
+    program_flops: f64,
+    /// Estimated cycles of the rows so far.
+    program_cycles: f64,
 }
 
 /// Appends one row per store of `func` to a fresh vector; returns it with the row count.
@@ -210,9 +240,15 @@ pub(crate) fn extract_rows(func: &LoweredFunc) -> (Vec<f32>, usize) {
         allocs: Vec::new(),
         store_users,
         out: Vec::with_capacity(stores * N_FEATURES),
+        program_flops: program_flops(&func.body),
+        program_cycles: 0.0,
     };
     w.stmt(&func.body);
     let rows = w.out.len() / N_FEATURES;
+    let per_flop = slog(w.program_cycles / w.program_flops.max(1.0));
+    for r in 0..rows {
+        w.out[r * N_FEATURES + PROGRAM_CYCLES_PER_FLOP] = per_flop;
+    }
     (w.out, rows)
 }
 
@@ -452,7 +488,189 @@ impl<'f> Walker<'f> {
         row[OUTER + 2] = self.guards.len() as f64;
         row[OUTER + 3] = decl.is_some_and(|d| matches!(d.kind, BufKind::Output(_))) as u8 as f64;
 
+        let cycles = self.kernel_features(
+            &accesses,
+            &uses,
+            &dims,
+            is_update,
+            float_ops,
+            &mut row[KERNEL..],
+        );
+        self.program_cycles += cycles;
+
         self.out.extend(row.iter().map(|&x| slog(x)));
+    }
+
+    /// The micro-kernel group: the straight-line body that unrolling and vectorizing make of
+    /// the innermost loops, costed on a model core, and the bytes each cache level must serve.
+    /// Returns the row's estimated cycles.
+    fn kernel_features(
+        &mut self,
+        accesses: &[Access<'f>],
+        uses: &[BufferUse],
+        dims: &[LoopDim],
+        is_update: bool,
+        float_ops: f64,
+        out: &mut [f64],
+    ) -> f64 {
+        let n = dims.len();
+        // LLVM may unroll the rolled loops of an update around the body too (the code
+        // generator lets it where the inner rolled loops are short, 16 by default); take
+        // those whose copies stay few.
+        let limit = if is_update { LLVM_UNROLLED_COPIES } else { 1.0 };
+        let mut b = n;
+        let mut size = 1.0f64;
+        while b > 0 {
+            let l = &self.loops[b - 1];
+            let e = l.dim.extent as f64;
+            if matches!(l.kind, ForKind::Unrolled | ForKind::Vectorized) || l.dim.extent <= 1 {
+                b -= 1;
+                size *= if l.kind == ForKind::Vectorized {
+                    1.0
+                } else {
+                    e
+                };
+            } else if l.kind == ForKind::Serial && size * e <= limit {
+                b -= 1;
+                size *= e;
+            } else {
+                break;
+            }
+        }
+        let Some(write) = accesses.first() else {
+            return 0.0;
+        };
+        let execs: f64 = dims.iter().map(|d| d.extent as f64).product();
+        let body_iters: f64 = dims[b..].iter().map(|d| d.extent as f64).product();
+        let body_execs = execs / body_iters.max(1.0);
+        let (out_elem, _) = self.decl_bytes(write.buf);
+        // Vector instructions of the body, in 32-byte units (a 64-byte op is two).
+        let units = |e: f64, elem: f64| (e * elem / UNIT_BYTES).ceil();
+        let mut vec_ops = 1.0f64;
+        for l in &self.loops[b..] {
+            vec_ops *= match l.kind {
+                ForKind::Vectorized => units(l.dim.extent as f64, out_elem),
+                _ => l.dim.extent as f64,
+            };
+        }
+        // One access per execution of the body: its distinct loads or stores (32-byte
+        // units; an element the vectorized loop does not move is one broadcast), the vector
+        // registers its values take, and whether the vectorized loop gathers it.
+        let distinct = |w: &mut Self, index: &Expr, elem: f64| -> (f64, f64, bool) {
+            let p = AccessPattern::of(index, dims, &mut w.env);
+            let mut regs = 1.0f64;
+            let mut count = 1.0f64;
+            let mut gather = false;
+            for (j, l) in w.loops.iter().enumerate().skip(b) {
+                if !p.moves(j) {
+                    continue;
+                }
+                let e = l.dim.extent as f64;
+                match l.kind {
+                    ForKind::Vectorized if p.stride.get(j).is_some_and(|s| s.abs() == 1) => {
+                        count *= units(e, elem);
+                        regs *= (e * elem / VECTOR_BYTES).ceil();
+                    }
+                    ForKind::Vectorized => {
+                        gather = true;
+                        count *= e;
+                        regs *= (e * elem / VECTOR_BYTES).ceil();
+                    }
+                    _ => {
+                        count *= e;
+                        regs *= e;
+                    }
+                }
+            }
+            (count, regs, gather)
+        };
+        let (writes, acc_regs, _) = distinct(self, write.index, out_elem);
+        let mut loads = 0.0;
+        let mut gathers = 0.0;
+        for (i, a) in accesses.iter().enumerate().skip(1) {
+            let self_read = a.buf == write.buf && a.index == write.index;
+            let repeated = accesses[1..i]
+                .iter()
+                .any(|o| o.buf == a.buf && o.index == a.index);
+            if self_read || repeated {
+                continue;
+            }
+            let (elem, _) = self.decl_bytes(a.buf);
+            let (c, _, g) = distinct(self, a.index, elem);
+            loads += c;
+            gathers += g as u8 as f64;
+        }
+        let wp = AccessPattern::of(write.index, dims, &mut self.env);
+        let mut around = 1.0f64;
+        let mut j = b;
+        while j > 0 && is_update {
+            let l = &self.loops[j - 1];
+            if l.kind != ForKind::Serial || wp.moves(j - 1) {
+                break;
+            }
+            around *= l.dim.extent as f64;
+            j -= 1;
+        }
+        // More accumulators than registers spill: every update then loads and stores.
+        let spills = acc_regs > ACC_REGISTERS;
+        let around = if spills { 1.0 } else { around };
+        let in_regs = is_update && around > 1.0;
+        let stores = writes / around;
+        if is_update {
+            loads += writes / around;
+        }
+        let tp = (vec_ops / FMA_PORTS)
+            .max(loads / LOAD_PORTS)
+            .max(stores / STORE_PORTS)
+            .max(1.0);
+        // Accumulators kept in registers chain their updates: each of the `acc_regs` chains
+        // takes `vec_ops / acc_regs` dependent ops per body.
+        let lat = if in_regs {
+            vec_ops / (VECTOR_BYTES / UNIT_BYTES) / acc_regs.max(1.0) * FMA_LATENCY
+        } else {
+            0.0
+        };
+        let body_cycles = tp.max(lat) + LOOP_OVERHEAD;
+        let compute = body_cycles * body_execs;
+        // Bytes each cache takes in from the level below.
+        let mut miss = [0.0f64; 3];
+        for (slot, cap) in [L1_BYTES, L2_BYTES, L3_BYTES].into_iter().enumerate() {
+            let total = |l: usize| -> f64 {
+                uses.iter()
+                    .map(|u| u.footprint[l] * self.decl_bytes(u.buf).0)
+                    .sum()
+            };
+            let fit = (0..=n).find(|&l| total(l) <= cap).unwrap_or(n);
+            for u in uses {
+                let mut k = fit;
+                while k > 0 && !u.pattern.moves(k - 1) {
+                    k -= 1;
+                }
+                let outer: f64 = dims[..k].iter().map(|d| d.extent as f64).product();
+                miss[slot] += u.footprint[fit] * self.decl_bytes(u.buf).0 * outer;
+            }
+        }
+        let memory = (miss[0] / L2_BYTES_PER_CYCLE)
+            .max(miss[1] / L3_BYTES_PER_CYCLE)
+            .max(miss[2] / DRAM_BYTES_PER_CYCLE);
+        let cycles = compute.max(memory);
+        let flops = (float_ops * execs).max(1.0);
+        let total = self.program_flops.max(1.0);
+        out[0] = (n - b) as f64;
+        out[1] = vec_ops;
+        out[2] = loads;
+        out[3] = stores;
+        out[4] = if is_update { acc_regs } else { 0.0 };
+        out[5] = in_regs as u8 as f64;
+        out[6] = body_cycles;
+        out[7] = float_ops * body_iters / body_cycles;
+        out[8] = gathers;
+        out[9] = miss[0] / flops;
+        out[10] = miss[1] / flops;
+        out[11] = miss[2] / flops;
+        out[12] = cycles / total;
+        // out[13] (`PROGRAM_CYCLES_PER_FLOP`): filled in once every row is known.
+        cycles
     }
 
     fn buffer_features(&self, u: &BufferUse, dims: &[LoopDim], execs: f64, out: &mut [f64]) {
@@ -505,6 +723,24 @@ impl<'f> Walker<'f> {
             .buffers
             .get(u.buf.0 as usize)
             .is_some_and(|d| d.kind == BufKind::Temp) as u8 as f64;
+    }
+}
+
+/// Floating-point operations of a statement over all its executions.
+fn program_flops(s: &Stmt) -> f64 {
+    match s {
+        Stmt::For { extent, body, .. } => (*extent).max(1) as f64 * program_flops(body),
+        Stmt::Store { value, .. } | Stmt::Shuffle { value, .. } => {
+            let mut ops = Ops::default();
+            ops.count(value);
+            ops.float_ops()
+        }
+        Stmt::Allocate { body, .. } => program_flops(body),
+        Stmt::If {
+            then, otherwise, ..
+        } => program_flops(then).max(otherwise.as_ref().map_or(0.0, |o| program_flops(o))),
+        Stmt::Seq(v) => v.iter().map(program_flops).sum(),
+        Stmt::Sync => 0.0,
     }
 }
 

@@ -15,6 +15,21 @@
 //! | intensity | 10 | the arithmetic-intensity curve: float operations divided by unique bytes when the loops from the innermost up to level *l* run, sampled at 10 evenly spaced levels from the innermost loop (sample 0) to the outermost (sample 9), linearly interpolated |
 //! | allocation | 5 | for a store into a temporary: its size in bytes, how many times its `Allocate` runs (the product of the loops around it), the iterations of the nest inside one allocation, and its scope one-hot (local, shared); zero for parameters |
 //! | outer | 4 | `outer_prod` (executions of the store: the product of its loop extents), `num_loops`, `num_guards` (enclosing `if`s: tails of non-divisible splits), `writes_output` |
+//! | kernel | 14 | the micro-kernel on a model core (see below): `body_loops` (loops in the straight-line body), per execution of the body `body_vec_ops`, `body_loads` and `body_stores` (in 32-byte halves; a broadcast is one load), `body_acc_regs` (registers of an update's accumulators), `body_acc_in_regs` (they stay in registers across the reduce loops around the body), `body_cycles`, `body_flops_per_cycle`, `body_gathers`; `l1_miss_bytes_per_flop`, `l2_miss_bytes_per_flop`, `l3_miss_bytes_per_flop` (bytes each cache takes in from the level below, per float operation of the store); `row_cycles_per_flop` (the store's estimated cycles over the program's float operations) and `program_cycles_per_flop` (the sum over all stores, the same in every row) |
+//!
+//! **The kernel group** carries across shapes where the others do not: it is made of ratios
+//! (per flop, per body execution) instead of totals. The *body* is the innermost loops the
+//! code generator makes straight-line code of: unrolled and vectorized loops, and for an
+//! update also rolled loops LLVM may unroll (16 copies at most, as the code generator lets
+//! it). Vector work is counted in 32-byte halves, because AMD Zen 4 runs a 64-byte FMA as two;
+//! a body costs the most of its FMAs over two pipes, its loads over two ports and its stores
+//! over one, or, where an update's accumulators stay in registers, four cycles per dependent
+//! FMA of one chain; accumulators beyond 28 registers spill, so every update then loads and
+//! stores. A cache takes in, per iteration of the loops outside the outermost level whose
+//! footprint fits it (32 KiB, 1 MiB, 32 MiB), that level's footprint of each buffer, except
+//! over the loops right outside that do not move the buffer. Cycles of a store: the most of
+//! its bodies' cycles and its misses at 16, 8 and 8 bytes a cycle. These constants are one
+//! core's; the model is trained per target, so on another the trees move their thresholds.
 //!
 //! Access analysis works on the flat index as a function of the loop variables: the stride of
 //! a loop is `index(v = 1) - index(v = 0)` with the other variables at 0, its span
@@ -24,7 +39,7 @@
 //! floor-div/mod indices of fused loops.
 
 /// Number of values in one feature row.
-pub const N_FEATURES: usize = 172;
+pub const N_FEATURES: usize = 186;
 
 /// Offset of the computation group.
 pub(crate) const COMPUTATION: usize = 0;
@@ -48,6 +63,10 @@ pub(crate) const INTENSITY_SAMPLES: usize = 10;
 pub(crate) const ALLOCATION: usize = 163;
 /// Offset of the outer-scope group.
 pub(crate) const OUTER: usize = 168;
+/// Offset of the micro-kernel group.
+pub(crate) const KERNEL: usize = 172;
+/// Column of `program_cycles_per_flop`, the last of the micro-kernel group.
+pub(crate) const PROGRAM_CYCLES_PER_FLOP: usize = KERNEL + 13;
 
 /// The name of every feature, in row order; see the module documentation for their meaning.
 pub const FEATURE_NAMES: &[&str] = &[
@@ -230,4 +249,39 @@ pub const FEATURE_NAMES: &[&str] = &[
     "num_loops",
     "num_guards",
     "writes_output",
+    // KERNEL
+    "body_loops",
+    "body_vec_ops",
+    "body_loads",
+    "body_stores",
+    "body_acc_regs",
+    "body_acc_in_regs",
+    "body_cycles",
+    "body_flops_per_cycle",
+    "body_gathers",
+    "l1_miss_bytes_per_flop",
+    "l2_miss_bytes_per_flop",
+    "l3_miss_bytes_per_flop",
+    "row_cycles_per_flop",
+    "program_cycles_per_flop",
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn group_offsets_name_their_columns() {
+        let at = |name: &str| FEATURE_NAMES.iter().position(|n| *n == name);
+        assert_eq!(FEATURE_NAMES.len(), N_FEATURES);
+        assert_eq!(at("vec_num"), Some(ANNOTATION));
+        assert_eq!(at("is_gpu"), Some(GPU));
+        assert_eq!(at("buf0.acc_read"), Some(BUFFERS));
+        assert_eq!(at("arith_intensity_0"), Some(INTENSITY));
+        assert_eq!(at("alloc_bytes"), Some(ALLOCATION));
+        assert_eq!(at("outer_prod"), Some(OUTER));
+        assert_eq!(at("body_loops"), Some(KERNEL));
+        assert_eq!(at("program_cycles_per_flop"), Some(PROGRAM_CYCLES_PER_FLOP));
+        assert_eq!(PROGRAM_CYCLES_PER_FLOP + 1, N_FEATURES);
+    }
+}

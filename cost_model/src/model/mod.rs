@@ -7,9 +7,11 @@
 //! their scores rank programs *within* one workload.
 //!
 //! Implementations, one file each: [`gbdt`] (gradient-boosted trees with XGBoost, the model
-//! the search uses once it has records) and [`random`] (uniform scores: the baseline, and
-//! what the search uses before it has enough records).
+//! the search uses once it has records), [`analytic`] (the feature extractor's own cost
+//! estimate: what the search uses before it has enough records) and [`random`] (uniform
+//! scores: the baseline).
 
+pub mod analytic;
 mod booster_check;
 pub mod gbdt;
 pub mod random;
