@@ -4,8 +4,9 @@
 //! so the model's ranking quality decides how fast tuning converges. This crate owns:
 //! - [`features`]: per-store features of lowered loop IR ([`ProgramFeatures`], documented
 //!   column by column in [`features::names`]);
-//! - [`model`]: the [`CostModel`] trait, the XGBoost model [`GbdtModel`] and the baseline
-//!   [`RandomModel`], with save and load;
+//! - [`model`]: the [`CostModel`] trait, the XGBoost model [`GbdtModel`] (with save and
+//!   load), the untrained [`AnalyticModel`] it ranks with until it has trained, and the
+//!   baseline [`RandomModel`];
 //! - [`dataset`]: training samples from a records database;
 //! - [`metrics`] and [`eval`]: ranking accuracy, Spearman correlation, top-k recall, and the
 //!   held-out evaluation behind `tensortune model eval`.
@@ -39,6 +40,7 @@ pub mod model;
 
 pub use error::ModelError;
 pub use features::{ProgramFeatures, FEATURE_NAMES, N_FEATURES};
+pub use model::analytic::AnalyticModel;
 pub use model::gbdt::{GbdtModel, GbdtOptions, Objective};
 pub use model::random::RandomModel;
 pub use model::{CostModel, Sample};

@@ -22,6 +22,11 @@ use rand::SeedableRng;
 use rayon::prelude::*;
 use std::collections::HashSet;
 use std::time::Instant;
+
+/// Share of an uninformed round's batch drawn at random rather than by the untrained
+/// model's rank: the first rounds also train the model, which learns more from programs
+/// of every kind than from the ones an analytic estimate likes.
+const UNINFORMED_RANDOM_SHARE: f64 = 0.5;
 use tensortune_cost_model::{CostModel, ProgramFeatures, Sample};
 use tensortune_records::{
     Database, ErrorKind, NewRecord, NewRun, Outcome, RunId, Timing, Workload,
@@ -581,9 +586,10 @@ impl<'a> Tuner<'a> {
         let mut scorer = ModelScorer {
             model: self.model.as_ref(),
         };
-        // A model that has learnt nothing yet ranks no better than chance: evolving a
-        // population by its scores would only cost time, so the batch is a random sample
-        // (drawn from 4n programs, so that repeats and measured ones still leave n).
+        // A model that has learnt nothing yet ranks with an untrained estimate at best
+        // (`AnalyticModel`): evolving a population by its scores would only cost time, so
+        // the batch comes from a random sample of 4n programs (so that repeats and measured
+        // ones still leave n), half the best it ranks, half drawn at random.
         let uninformed;
         let search_opts = if self.model.is_informed() {
             &self.opts
@@ -591,6 +597,7 @@ impl<'a> Tuner<'a> {
             uninformed = TuneOptions {
                 population: (4 * n).min(self.opts.population.max(n)),
                 generations: 1,
+                eps_greedy: UNINFORMED_RANDOM_SHARE,
                 ..self.opts.clone()
             };
             &uninformed

@@ -28,16 +28,18 @@
 //!
 //! **Warm-up.** Until the training set holds [`GbdtOptions::warmup_samples`] samples, or when
 //! the samples carry no ranking information (fewer than two programs with rows, or all
-//! targets equal), `update` trains nothing and `predict` answers with a seeded
-//! [`RandomModel`], as Ansor does before its 100th measurement. [`GbdtModel::is_trained`]
-//! tells which.
+//! targets equal), `update` trains nothing and `predict` answers with the
+//! [`AnalyticModel`], the features' own cost estimate, where Ansor draws random scores before
+//! its 100th measurement: the search's first rounds then measure fewer hopeless programs
+//! (docs/measurements.md, "A micro-kernel feature group"). [`GbdtModel::is_trained`] tells
+//! which.
 
 use std::path::Path;
 
 use super::xgboost::{self, Booster, DMatrix};
 use serde::{Deserialize, Serialize};
 
-use super::random::RandomModel;
+use super::analytic::AnalyticModel;
 use super::{validate, CostModel, Sample};
 use crate::error::ModelError;
 use crate::features::{ProgramFeatures, FEATURE_NAMES, N_FEATURES};
@@ -151,7 +153,7 @@ pub struct GbdtModel {
     options: GbdtOptions,
     samples: Vec<Sample>,
     booster: Option<Booster>,
-    fallback: RandomModel,
+    fallback: AnalyticModel,
 }
 
 impl std::fmt::Debug for GbdtModel {
@@ -185,7 +187,7 @@ impl GbdtModel {
     pub fn new(options: GbdtOptions) -> Result<GbdtModel, ModelError> {
         options.check()?;
         Ok(GbdtModel {
-            fallback: RandomModel::new(options.seed),
+            fallback: AnalyticModel::new(options.seed),
             options,
             samples: Vec::new(),
             booster: None,
@@ -237,7 +239,7 @@ impl GbdtModel {
         Ok(())
     }
 
-    /// True once trees were trained (otherwise `predict` gives the warm-up random scores).
+    /// True once trees were trained (otherwise `predict` gives the analytic estimate).
     pub fn is_trained(&self) -> bool {
         self.booster.is_some()
     }
@@ -331,7 +333,7 @@ impl GbdtModel {
             None => None,
         };
         Ok(GbdtModel {
-            fallback: RandomModel::new(file.options.seed),
+            fallback: AnalyticModel::new(file.options.seed),
             options: file.options,
             samples: file.samples,
             booster,
@@ -413,7 +415,7 @@ impl CostModel for GbdtModel {
     }
 
     /// Sums the trees' scores of each program's rows (0.0 for a program without stores);
-    /// random scores while untrained.
+    /// the analytic estimate while untrained.
     fn predict(&self, programs: &[ProgramFeatures]) -> Result<Vec<f64>, ModelError> {
         let Some(booster) = &self.booster else {
             return self.fallback.predict(programs);

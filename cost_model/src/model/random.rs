@@ -1,7 +1,6 @@
 //! The random model: uniform scores from a seeded generator.
 //!
-//! It is the baseline every learned model must beat (its expected pairwise accuracy is 0.5),
-//! and what the search ranks with before it has measured enough programs to train on.
+//! It is the baseline every model must beat: its expected pairwise accuracy is 0.5.
 
 use std::cell::RefCell;
 
