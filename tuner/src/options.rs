@@ -39,8 +39,9 @@ pub struct TuneOptions {
     pub eps_greedy: f64,
     /// Values the `auto_unroll_max_step` pragma takes (Ansor's CPU set).
     pub unroll_steps: Vec<u32>,
-    /// Records measured before the learned model replaces the random one (Ansor waits for
-    /// ~100; one batch is enough to rank away the worst tilings, which cost the most time).
+    /// Records measured before the learned model takes over from the untrained first round
+    /// (half the batch by the analytic estimate, half random; Ansor waits for ~100 random
+    /// ones; one batch is enough to rank away the worst tilings, which cost the most time).
     pub model_warmup: usize,
     /// Probability of a non-perfect tile size (with a guarded tail) when sampling.
     pub imperfect_tile_prob: f64,

@@ -24,7 +24,7 @@ use std::collections::HashSet;
 use std::time::Instant;
 
 /// Share of an uninformed round's batch drawn at random rather than by the untrained
-/// model's rank: the first rounds also train the model, which learns more from programs
+/// model's rank: the first round also trains the model, which learns more from programs
 /// of every kind than from the ones an analytic estimate likes.
 const UNINFORMED_RANDOM_SHARE: f64 = 0.5;
 use tensortune_cost_model::{CostModel, ProgramFeatures, Sample};

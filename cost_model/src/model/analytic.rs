@@ -3,9 +3,9 @@
 //! It scores a program by minus its `program_cycles_per_flop` feature (the cost of its
 //! micro-kernels and cache misses on a model core, see [`crate::features::names`]). On the
 //! tuning records of one AVX-512 EPYC (18 matmul and conv2d workloads) that alone ranked
-//! pairs of programs right 0.60-0.73 of the time, where random scores get 0.5
+//! pairs of programs right 0.52-0.77 of the time (mean 0.68), where random scores get 0.5
 //! (docs/measurements.md, "A micro-kernel feature group"). The search ranks with it until
-//! the learned model has samples enough to train on, so that its first rounds measure fewer
+//! the learned model has samples enough to train on, so that its first round measures fewer
 //! hopeless programs.
 
 use super::random::RandomModel;
@@ -14,10 +14,12 @@ use crate::error::ModelError;
 use crate::features::{ProgramFeatures, FEATURE_NAMES};
 
 /// Scores programs by their estimated cycles per flop (fewer is better); ties, and programs
-/// without stores, are broken by a seeded random draw.
+/// without stores, are broken by a seeded random draw. GPU programs (a thread-bound loop)
+/// get the random draw alone: the estimate models a CPU core.
 #[derive(Debug)]
 pub struct AnalyticModel {
     column: Option<usize>,
+    gpu: Option<usize>,
     ties: RandomModel,
 }
 
@@ -28,6 +30,7 @@ impl AnalyticModel {
             column: FEATURE_NAMES
                 .iter()
                 .position(|n| *n == "program_cycles_per_flop"),
+            gpu: FEATURE_NAMES.iter().position(|n| *n == "is_gpu"),
             ties: RandomModel::new(seed),
         }
     }
@@ -52,7 +55,11 @@ impl CostModel for AnalyticModel {
             .map(|(p, u)| {
                 // The feature is stored as log2(1 + x); a millionth of a doubling apart
                 // counts as a tie.
-                match self.column.and_then(|c| p.row(0).map(|r| r[c])) {
+                let row = p.row(0);
+                // The model core is a CPU's: a GPU program gets its random draw alone.
+                let gpu = self.gpu.is_some_and(|g| row.is_some_and(|r| r[g] > 0.0));
+                match self.column.and_then(|c| row.map(|r| r[c])) {
+                    Some(_) if gpu => u,
                     Some(v) => -f64::from(v) + 1e-6 * u,
                     None => -1e9 + u,
                 }
@@ -96,5 +103,22 @@ mod tests {
         assert!(!m.is_informed());
         // The same seed, the same scores.
         assert_eq!(AnalyticModel::new(3).predict(&programs).unwrap(), s);
+    }
+
+    #[test]
+    fn gpu_programs_get_random_scores() {
+        let col = |name: &str| FEATURE_NAMES.iter().position(|n| *n == name).unwrap();
+        let program = |gpu: f32, per_flop: f32| {
+            let mut row = vec![0.0f32; crate::features::N_FEATURES];
+            row[col("is_gpu")] = gpu;
+            row[col("program_cycles_per_flop")] = per_flop;
+            ProgramFeatures::from_flat(row).unwrap()
+        };
+        let gpu = [program(1.0, 0.1), program(1.0, 5.0)];
+        let random = RandomModel::new(9).predict(&gpu).unwrap();
+        assert_eq!(AnalyticModel::new(9).predict(&gpu).unwrap(), random);
+        let cpu = [program(0.0, 0.1), program(0.0, 5.0)];
+        let s = AnalyticModel::new(9).predict(&cpu).unwrap();
+        assert!(s[0] > s[1]);
     }
 }

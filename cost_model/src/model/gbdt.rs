@@ -30,7 +30,7 @@
 //! the samples carry no ranking information (fewer than two programs with rows, or all
 //! targets equal), `update` trains nothing and `predict` answers with the
 //! [`AnalyticModel`], the features' own cost estimate, where Ansor draws random scores before
-//! its 100th measurement: the search's first rounds then measure fewer hopeless programs
+//! its 100th measurement: the search's first round then measures fewer hopeless programs
 //! (docs/measurements.md, "A micro-kernel feature group"). [`GbdtModel::is_trained`] tells
 //! which.
 
