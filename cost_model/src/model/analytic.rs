@@ -2,9 +2,9 @@
 //!
 //! It scores a program by minus its `program_cycles_per_flop` feature (the cost of its
 //! micro-kernels and cache misses on a model core, see [`crate::features::names`]). On the
-//! tuning records of one AVX-512 EPYC (18 matmul and conv2d workloads) that alone ranked
-//! pairs of programs right 0.52-0.77 of the time (mean 0.68), where random scores get 0.5
-//! (docs/measurements.md, "A micro-kernel feature group"). The search ranks with it until
+//! tuning records of one AVX-512 EPYC it alone ranks pairs of programs better than random
+//! scores, though worse than the trained trees (docs/measurements.md, "A micro-kernel
+//! feature group"). The search ranks with it until
 //! the learned model has samples enough to train on, so that its first round measures fewer
 //! hopeless programs.
 

@@ -24,8 +24,7 @@
 //! above), so chunk after chunk computes what all lanes at once do. LLVM otherwise keeps
 //! `<48 x float>` values, and where one becomes a loop-carried accumulator (an update whose
 //! load and store GVN turns into a phi) instruction selection takes it apart element by
-//! element through the stack: a matmul register tile of 5 x 48 ran 10x slower than with the
-//! tile's rows in chunks (docs/measurements.md, "Vectors wider than a register").
+//! element through the stack (docs/measurements.md, "Vectors wider than a register").
 //!
 //! **Widened loops.** On AVX-512 a loop of a non-power-of-two lane count `N` (a register tile
 //! of 14 columns) runs on `W = N.next_power_of_two()` lanes with the first `N` active
