@@ -149,7 +149,11 @@ impl TargetKey {
     /// `None` for a GPU key, whose description comes from the device, not the key.
     pub fn cpu_desc(&self) -> Option<TargetDesc> {
         match self {
-            TargetKey::Llvm(k) => Some(TargetDesc::cpu(k.vector_bits(), self.threads())),
+            TargetKey::Llvm(k) => {
+                let bits = k.vector_bits();
+                let unit = vector_unit_bits(k.cpu.as_deref().unwrap_or(""), bits);
+                Some(TargetDesc::cpu(bits, self.threads()).with_vector_unit_bits(unit))
+            }
             TargetKey::Cuda(_) => None,
         }
     }
@@ -337,6 +341,11 @@ pub enum TargetDesc {
 pub struct CpuDesc {
     /// Width of the vector registers generated code uses, in bits (512 with AVX-512F).
     pub vector_bits: u32,
+    /// Width of what one FMA pipe takes per cycle, in bits: `vector_bits`, except on cores
+    /// that run each 512-bit operation as two 256-bit halves ([`vector_unit_bits`]). On
+    /// those a half vector costs half a whole one; elsewhere it costs as much, so the search
+    /// prefers axes that fill whole vectors.
+    pub vector_unit_bits: u32,
     /// Worker threads parallel loops may use (1: no parallel loops).
     pub threads: usize,
     /// Cache sizes, where known.
@@ -437,14 +446,35 @@ impl CudaKey {
     }
 }
 
+/// The width in bits of what one FMA pipe of the CPU LLVM names `cpu` takes per cycle, for
+/// vectors `vector_bits` wide. AMD Zen 4 (`znver4`) runs 512-bit operations as two 256-bit
+/// halves; the Intel cores with AVX-512 and Zen 5 have whole 512-bit pipes. An unknown name
+/// counts as whole pipes.
+pub fn vector_unit_bits(cpu: &str, vector_bits: u32) -> u32 {
+    match cpu {
+        "znver4" => vector_bits.min(256),
+        _ => vector_bits,
+    }
+}
+
 impl TargetDesc {
-    /// A CPU whose vectors are `vector_bits` wide, with `threads` threads and unknown caches.
+    /// A CPU whose vectors are `vector_bits` wide, with FMA pipes as wide, `threads` threads
+    /// and unknown caches.
     pub fn cpu(vector_bits: u32, threads: usize) -> TargetDesc {
         TargetDesc::Cpu(CpuDesc {
             vector_bits,
+            vector_unit_bits: vector_bits,
             threads: threads.max(1),
             caches: CacheSizes::default(),
         })
+    }
+
+    /// The same CPU with FMA pipes `bits` wide (at most its vector width); a GPU unchanged.
+    pub fn with_vector_unit_bits(mut self, bits: u32) -> TargetDesc {
+        if let TargetDesc::Cpu(c) = &mut self {
+            c.vector_unit_bits = bits.clamp(8, c.vector_bits.max(8));
+        }
+        self
     }
 
     /// The kind of machine.
@@ -461,6 +491,18 @@ impl TargetDesc {
         match self {
             TargetDesc::Cpu(c) => {
                 ((c.vector_bits as usize / 8) / dtype.bytes().max(1)).max(1) as i64
+            }
+            TargetDesc::Cuda(_) => 1,
+        }
+    }
+
+    /// Lanes for elements of `dtype` that one FMA pipe takes per cycle (at most
+    /// [`TargetDesc::vector_lanes`]); on a GPU, 1.
+    pub fn vector_unit_lanes(&self, dtype: DType) -> i64 {
+        match self {
+            TargetDesc::Cpu(c) => {
+                let bits = c.vector_unit_bits.min(c.vector_bits);
+                ((bits as usize / 8) / dtype.bytes().max(1)).max(1) as i64
             }
             TargetDesc::Cuda(_) => 1,
         }
@@ -573,5 +615,31 @@ mod tests {
         assert_eq!(avx512.threads(), 2);
         assert_eq!(TargetDesc::cpu(256, 0).threads(), 1);
         assert_eq!(avx512.kind(), TargetKind::Cpu);
+    }
+
+    #[test]
+    fn fma_pipes_are_half_vectors_on_zen_4_only() {
+        let unit = |key: &str| {
+            let key: TargetKey = key.parse().unwrap_or_else(|e| panic!("{key}: {e}"));
+            let d = key.cpu_desc().unwrap_or_else(|| panic!("{key} is a CPU"));
+            (d.vector_lanes(DType::F32), d.vector_unit_lanes(DType::F32))
+        };
+        let avx512 = "-mattr=+avx2,+avx512f,+fma -threads=1";
+        assert_eq!(unit(&format!("llvm -mcpu=znver4 {avx512}")), (16, 8));
+        assert_eq!(unit(&format!("llvm -mcpu=znver5 {avx512}")), (16, 16));
+        assert_eq!(
+            unit(&format!("llvm -mcpu=sapphirerapids {avx512}")),
+            (16, 16)
+        );
+        assert_eq!(unit(&format!("llvm -mcpu=rocketlake {avx512}")), (16, 16));
+        // Zen 4 without AVX-512 in the key: 256-bit registers, whole pipes.
+        assert_eq!(unit("llvm -mcpu=znver4 -mattr=+avx2,+fma"), (8, 8));
+        assert_eq!(unit("llvm"), (4, 4));
+        assert_eq!(TargetDesc::cpu(512, 1).vector_unit_lanes(DType::F64), 8);
+        let half = TargetDesc::cpu(512, 1).with_vector_unit_bits(256);
+        assert_eq!(half.vector_unit_lanes(DType::F64), 4);
+        // Never wider than the registers.
+        let wide = TargetDesc::cpu(256, 1).with_vector_unit_bits(1024);
+        assert_eq!(wide.vector_unit_lanes(DType::F32), 8);
     }
 }

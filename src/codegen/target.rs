@@ -84,11 +84,15 @@ impl HostTarget {
         TargetKey::llvm(&self.cpu, attrs, threads)
     }
 
-    /// What the search reads about this CPU with `threads` threads: its vector width and,
-    /// where Linux reports them, its cache sizes.
+    /// What the search reads about this CPU with `threads` threads: its vector width, the
+    /// width of its FMA pipes and, where Linux reports them, its cache sizes.
     pub fn desc(&self, threads: usize) -> TargetDesc {
         TargetDesc::Cpu(CpuDesc {
             vector_bits: self.vector_bits,
+            vector_unit_bits: tensortune_schedules::target::vector_unit_bits(
+                &self.cpu,
+                self.vector_bits,
+            ),
             threads: threads.max(1),
             caches: *host_caches(),
         })

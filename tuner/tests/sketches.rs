@@ -5,7 +5,9 @@
 use rand::rngs::ChaCha8Rng;
 use rand::SeedableRng;
 use tensortune_schedules::data::NdData;
+use tensortune_schedules::expr::DType;
 use tensortune_schedules::ops::WorkloadSpec;
+use tensortune_schedules::target::TargetKey;
 use tensortune_schedules::{eval, interp, lower::lower, ComputeDag};
 use tensortune_tuner::mutate::mutate;
 use tensortune_tuner::sketch::{rules, sample::sample};
@@ -167,8 +169,20 @@ fn sketch_structures() {
         assert!(copy_loop.starts_with("  parallel for"), "{f}");
         check(&dag, &st, 20 + seed);
     }
-    // Not where the width fills half vectors.
-    let (_, sk) = names("conv2d:N=1,C=8,H=56,W=56,K=32,R=3,S=3,pad=1");
+    // A width of 56 fills 3.5 registers of 16 lanes. On a core whose FMA pipes take whole
+    // 512-bit vectors (the default target) the channels are offered as the vector axis; on
+    // one that runs them as two 256-bit halves (Zen 4), 56 fills whole halves and they are
+    // not.
+    let wide = "conv2d:N=1,C=8,H=56,W=56,K=32,R=3,S=3,pad=1";
+    let (dag, sk) = names(wide);
+    assert!(sk.iter().any(|s| s.name.ends_with("tile+vec1")));
+    let zen4: TargetKey = "llvm -mcpu=znver4 -mattr=+avx2,+avx512f,+fma -threads=1"
+        .parse()
+        .unwrap();
+    let zen4 = zen4.cpu_desc().unwrap();
+    assert_eq!(zen4.vector_unit_lanes(DType::F32), 8);
+    let sk = rules::generate_for(&dag, &opts, &zen4, &rules::cpu_rules());
+    assert!(!sk.is_empty());
     assert!(sk.iter().all(|s| !s.name.contains("+vec")));
 
     // conv2d's padding, when computed inside the tile, is vectorized over its region.

@@ -453,19 +453,28 @@ fn packable_input(dag: &ComputeDag, t: TensorId, axis: usize) -> Option<(TensorI
 }
 
 /// A spatial axis other than the innermost for the register tile to vectorize, and the input
-/// to pack along it: only where the innermost axis does not fill whole half-vectors and this
-/// one fills vectors (conv2d's output channels where its width is 28), and some input is
+/// to pack along it: only where the innermost axis does not fill whole vectors of what one
+/// FMA pipe takes ([`TargetDesc::vector_unit_lanes`]) and this one fills whole registers
+/// (conv2d's output channels where its width is 28, or 56 with 16 lanes), and some input is
 /// indexed by it alone (the weights). The innermost such axis.
 ///
-/// Half vectors, because on Zen 4 (512-bit operations run as two 256-bit halves) a width of
+/// Pipe vectors, because on Zen 4 (512-bit operations run as two 256-bit halves) a width of
 /// 56 = 7 x 8 lanes runs near the FMA peak along the width, and offering this sketch there
 /// too split the search's trials and lost badly on some seeds; on the 28 x 28 layer it wins
-/// on every seed (docs/measurements.md, "Output channels as the vector axis, again").
+/// on every seed (docs/measurements.md, "Output channels as the vector axis, again"). On a
+/// core with whole 512-bit pipes the half vector at the end of each row of 56 costs a whole
+/// FMA slot, and the sketch is offered there (docs/measurements.md, "Whole-vector pipes").
+///
+/// [`TargetDesc::vector_unit_lanes`]: tensortune_schedules::target::TargetDesc::vector_unit_lanes
 fn channel_vector_axis(cx: &RuleContext, t: TensorId) -> Option<(usize, (TensorId, usize))> {
     let shape = &cx.dag.op(t).shape;
     let lanes = cx.lanes(t);
+    let unit = cx
+        .target
+        .vector_unit_lanes(cx.dag.op(t).dtype)
+        .clamp(1, lanes.max(1));
     let (&last, rest) = shape.split_last()?;
-    if lanes <= 1 || last % (lanes / 2).max(1) == 0 {
+    if lanes <= 1 || last % unit == 0 {
         return None;
     }
     rest.iter()
