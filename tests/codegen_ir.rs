@@ -932,3 +932,45 @@ fn nontemporal_stores_of_unread_outputs() {
     let ir = tensortune::codegen::llvm::emit_llvm_ir(&f, &always).expect("ir");
     assert!(!ir.contains("!nontemporal"), "{ir}");
 }
+
+/// A division by a value the loop does not change (softmax's row sum) is marked `arcp`, so
+/// LLVM divides once, outside the loop, and multiplies inside it: a vector division costs
+/// several multiplies' time on every x86 core. The quotients stay within a rounding or two
+/// of the interpreter's.
+#[test]
+fn division_by_a_loop_invariant_becomes_a_multiply() {
+    let n = 256;
+    let mut b = Builder::new();
+    let a = b.input("A", DType::F32, &[n]);
+    let s = b.input("S", DType::F32, &[1]);
+    let c = b.output("C", DType::F32, &[n]);
+    let (vo, vi) = (b.var("vo"), b.var("vi"));
+    let i = add(mul(v(&vo), int(16)), v(&vi));
+    let body = st(
+        c,
+        i.clone(),
+        Expr::bin(BinOp::Div, ld(a, DType::F32, i), ld(s, DType::F32, int(0))),
+    );
+    let f = b.finish(
+        "scale",
+        for_(
+            &vo,
+            n / 16,
+            ForKind::Serial,
+            for_(&vi, 16, ForKind::Vectorized, body),
+        ),
+    );
+    let ir = tensortune::codegen::llvm::emit_llvm_ir(&f, &Default::default()).expect("ir");
+    let divisions: Vec<&str> = ir.lines().filter(|l| l.contains(" fdiv ")).collect();
+    assert!(!divisions.is_empty(), "{ir}");
+    // What is left is the reciprocal, 1 / S[0] (in lane 0 of a vector, or a scalar): the
+    // loop's elements are multiplied by it.
+    for d in &divisions {
+        let reciprocal =
+            d.contains("fdiv arcp float 1.0") || d.contains("fdiv arcp <16 x float> <float 1.0");
+        assert!(reciprocal, "a division of the elements is left: {d}\n{ir}");
+    }
+    assert!(ir.contains("fmul arcp <16 x float>"), "{ir}");
+    let err = jit_vs_interp(&f, 1, 5);
+    assert!(err < 1e-6, "max relative difference {err}");
+}

@@ -191,6 +191,20 @@ impl<'ctx> Gen<'ctx, '_> {
         v
     }
 
+    /// Marks a division `arcp`: LLVM may compute `x / y` as `x * (1 / y)`, and so divides
+    /// once outside a loop whose divisor does not change in it (softmax's row sum). A
+    /// division costs several times a multiply on every x86 core, and on some (Intel's) it
+    /// made most of softmax's run time (docs/measurements.md, "Softmax's division"). The
+    /// result may differ from the correctly rounded quotient in the last place or two, well
+    /// within the tolerance of the check against the reference.
+    fn reciprocal(&self, v: V<'ctx>) -> V<'ctx> {
+        if let Some(i) = v.as_instruction_value() {
+            // Only fails on instructions that take no flags, which an fdiv is not.
+            let _ = i.set_fast_math_flags(FastMathFlags::AllowReciprocal);
+        }
+        v
+    }
+
     fn binop(&mut self, op: BinOp, d: DType, x: V<'ctx>, y: V<'ctx>) -> Res<V<'ctx>> {
         use inkwell::values::InstructionOpcode as O;
         if d.is_float() {
@@ -198,7 +212,7 @@ impl<'ctx> Gen<'ctx, '_> {
                 BinOp::Add => self.contract(self.b.build_binop(O::FAdd, x, y, "fadd")?),
                 BinOp::Sub => self.contract(self.b.build_binop(O::FSub, x, y, "fsub")?),
                 BinOp::Mul => self.contract(self.b.build_binop(O::FMul, x, y, "fmul")?),
-                BinOp::Div => self.b.build_binop(O::FDiv, x, y, "fdiv")?,
+                BinOp::Div => self.reciprocal(self.b.build_binop(O::FDiv, x, y, "fdiv")?),
                 BinOp::Min => self.intrinsic("llvm.minnum", &[x.get_type()], &[x, y])?,
                 BinOp::Max => self.intrinsic("llvm.maxnum", &[x.get_type()], &[x, y])?,
                 BinOp::Mod => return Err(invalid("modulo of floats".into())),
