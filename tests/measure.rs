@@ -226,3 +226,63 @@ fn the_checked_first_run_is_the_first_warm_up_and_the_hopeless_probe() {
         assert!(!t.cut_short && t.repeats.len() == 3, "{t:?}");
     }
 }
+
+/// Where evicting the buffers takes far longer than a run (a kernel reading 16 elements of a
+/// 32 MiB input), a timing is grown until it lasts `min_repeat_ms` with the evictions
+/// counted: a few runs, not the hundreds of thousands that would make the runs alone last
+/// that long (hours of evictions; in tuning, the isolating parent's deadline cut such good
+/// candidates short as hopeless).
+#[test]
+fn evictions_count_toward_a_timings_length() {
+    let n: i64 = 8 << 20;
+    let decl = |name: &str, shape: i64, kind| BufferDecl {
+        name: name.into(),
+        dtype: DType::F32,
+        shape: vec![shape],
+        scope: Scope::Global,
+        kind,
+        row_pad: 0,
+    };
+    let i = Var::new(0, "i");
+    let body = Stmt::For {
+        var: i,
+        extent: 16,
+        kind: ForKind::Serial,
+        body: Box::new(Stmt::Store {
+            buf: BufId(1),
+            index: Expr::var(&i),
+            value: Expr::BufLoad {
+                buf: BufId(0),
+                dtype: DType::F32,
+                index: Box::new(Expr::var(&i)),
+            },
+        }),
+    };
+    let f = LoweredFunc {
+        name: "head".into(),
+        buffers: vec![
+            decl("A", n, BufKind::Input(0)),
+            decl("C", 16, BufKind::Output(0)),
+        ],
+        params: vec![BufId(0), BufId(1)],
+        body,
+        num_vars: 1,
+    };
+    let k = Kernel::compile(&f).expect("compile");
+    let rt = tensortune::runtime::Runtime::new(1).expect("runtime");
+    let a = tensortune::runtime::AlignedBuffer::zeros(&[n], DType::F32).expect("A");
+    let mut c = tensortune::runtime::AlignedBuffer::zeros(&[16], DType::F32).expect("C");
+    let opts = MeasureOptions {
+        repeat: 2,
+        warmup: 1,
+        min_repeat_ms: 20.0,
+        flush_cache: CacheFlush::Always,
+        ..MeasureOptions::default()
+    };
+    let t = tensortune::measure::time_kernel(&k, &rt, &[&a], &mut [&mut c], &opts)
+        .expect("a valid kernel times");
+    assert_eq!(t.repeats.len(), 2);
+    // Evicting 32 MiB takes milliseconds (one `clflush` per line), a run of 16 loads well
+    // under one: runs alone would take about 20 ms / 100 ns = 200,000 per timing.
+    assert!(t.number <= 1000, "{t:?}");
+}

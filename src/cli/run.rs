@@ -50,8 +50,8 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 100.0)]
     pub min_repeat_ms: f64,
     /// When the buffers are evicted from the CPU caches before each timed run: `past-llc`
-    /// (when together they are larger than the last-level cache, so later runs cannot find
-    /// part of them still cached), `never` or `always`.
+    /// (when together they are larger than the last-level cache, at most 32 MiB of it, so
+    /// later runs cannot find part of them still cached), `never` or `always`.
     #[arg(long, default_value = "past-llc", value_parser = ["never", "past-llc", "always"])]
     pub flush_cache: String,
     /// Print one JSON object instead of text.

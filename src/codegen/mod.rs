@@ -109,7 +109,8 @@ pub struct CodegenOptions {
     /// stores (`vmovntps`, past the caches, without reading the lines first) where the
     /// output is larger than this many bytes and the kernel never reads it: such an output
     /// cannot stay in the caches anyway, and an ordinary store first reads each line from
-    /// memory. `None`: the last-level cache of the machine compiling (no such stores where
+    /// memory. `None`: the last-level cache of the machine compiling, at most a core's share
+    /// of a server's (`runtime::cache::usable_last_level_cache_bytes`; no such stores where
     /// it is unknown); `Some(u64::MAX)`: never. The address is checked for 64-byte alignment
     /// at each store (an output's alignment is the caller's) and the kernel ends with an
     /// `sfence`. What they gain on softmax: docs/measurements.md, "The memory-bound rows

@@ -410,7 +410,10 @@ fn view(b: &AlignedBuffer) -> Result<OutputView<'_>, MeasureError> {
 /// each, `number` grown (by at least 1.6x, like TVM's runner) until a timing lasts
 /// `min_repeat_ms`. Where [`MeasureOptions::flush_cache`] applies to the buffers' bytes,
 /// every timed run starts with them evicted from the caches, and a timing is the sum of its
-/// runs without the evictions.
+/// runs without the evictions; `number` is then grown until a timing lasts `min_repeat_ms`
+/// evictions included, so that a measurement takes the wall time the isolating parent
+/// allows a fast candidate (evicting 128 MiB can take longer than the kernel that reads it,
+/// and a deadline that ignored it cut good candidates short as hopeless).
 pub fn time_kernel(
     k: &Kernel,
     rt: &Runtime,
@@ -436,8 +439,10 @@ pub fn time_kernel(
         k.status(code)
             .map_err(|e| MeasureError::new(MeasureErrorKind::Runtime, e.to_string()))
     };
-    let run = |n: u64| -> Result<f64, MeasureError> {
+    // The runs' time, and the wall time they took (the evictions included).
+    let run = |n: u64| -> Result<(f64, f64), MeasureError> {
         if flush {
+            let wall = Instant::now();
             let mut total = 0.0;
             for _ in 0..n {
                 flush_ranges(&ranges);
@@ -445,17 +450,18 @@ pub fn time_kernel(
                 call()?;
                 total += t0.elapsed().as_secs_f64();
             }
-            return Ok(total);
+            return Ok((total, wall.elapsed().as_secs_f64()));
         }
         let t0 = Instant::now();
         for _ in 0..n {
             call()?;
         }
-        Ok(t0.elapsed().as_secs_f64())
+        let t = t0.elapsed().as_secs_f64();
+        Ok((t, t))
     };
     // The first warm-up run is timed: a hopeless candidate stops there.
     for w in 0..opts.warmup.max(opts.cutoff_s.is_some() as usize) {
-        let t = run(1)?;
+        let (t, _) = run(1)?;
         if w == 0 && opts.cutoff_s.is_some_and(|c| t > c) {
             let mut timing =
                 Timing::from_repeats(vec![t], 1).ok_or_else(|| internal("no timings".into()))?;
@@ -466,17 +472,17 @@ pub fn time_kernel(
     let min_s = opts.min_repeat_ms / 1e3;
     let mut number: u64 = 1;
     loop {
-        let t = run(number)?;
-        if t >= min_s || number >= 1 << 30 {
+        let (_, wall) = run(number)?;
+        if wall >= min_s || number >= 1 << 30 {
             break;
         }
-        let per_run = (t / number as f64).max(1e-9);
+        let per_run = (wall / number as f64).max(1e-9);
         let need = (min_s / per_run * 1.05).ceil() as u64;
         number = need.max(number + number * 3 / 5 + 1).min(1 << 30);
     }
     let mut repeats = Vec::with_capacity(opts.repeat.max(1));
     for _ in 0..opts.repeat.max(1) {
-        repeats.push(run(number)? / number as f64);
+        repeats.push(run(number)?.0 / number as f64);
     }
     Timing::from_repeats(repeats, number).ok_or_else(|| internal("no timings".into()))
 }

@@ -16,6 +16,21 @@ pub fn last_level_cache_bytes() -> Option<usize> {
     })
 }
 
+/// The most of the last-level cache a kernel is taken to have to itself (32 MiB): where a
+/// machine reports more, the cache is a server socket's, shared by dozens of cores (a
+/// virtual machine sees the host's whole cache: 480 MiB on one of ours, with two cores of
+/// it). A kernel whose buffers are larger than a core's share cannot count on finding them
+/// there between runs, nor on an output of that size staying there for its consumer.
+pub const LAST_LEVEL_CACHE_SHARE_BYTES: usize = 32 << 20;
+
+/// The last-level cache a kernel can count on: [`last_level_cache_bytes`], at most
+/// [`LAST_LEVEL_CACHE_SHARE_BYTES`]. What the timings' cache flush
+/// ([`CacheFlush::PastLastLevel`]) and the code generator's non-temporal stores
+/// (`CodegenOptions::nontemporal_past_bytes`) take as the cache's size.
+pub fn usable_last_level_cache_bytes() -> Option<usize> {
+    last_level_cache_bytes().map(|b| b.min(LAST_LEVEL_CACHE_SHARE_BYTES))
+}
+
 /// `32768K`, `1M`, `512` (bytes) as sysfs writes them.
 pub(crate) fn parse_cache_size(s: &str) -> Option<usize> {
     let (num, mult) = match s.as_bytes().last()? {
@@ -40,7 +55,8 @@ pub enum CacheFlush {
     /// Never evict: every run after the first finds what fits in the caches.
     Never,
     /// Evict before every run when the kernel's buffers together are larger than the
-    /// last-level cache ([`last_level_cache_bytes`]; 32 MiB where unknown).
+    /// last-level cache a kernel can count on ([`usable_last_level_cache_bytes`]; 32 MiB
+    /// where unknown).
     #[default]
     PastLastLevel,
     /// Evict before every run.
@@ -59,7 +75,7 @@ impl CacheFlush {
             CacheFlush::Never => false,
             CacheFlush::Always => true,
             CacheFlush::PastLastLevel => {
-                bytes > last_level_cache_bytes().unwrap_or(UNKNOWN_LLC_BYTES)
+                bytes > usable_last_level_cache_bytes().unwrap_or(UNKNOWN_LLC_BYTES)
             }
         }
     }
@@ -103,7 +119,11 @@ mod tests {
 
     #[test]
     fn the_policy_flushes_what_the_cache_cannot_hold() {
-        let llc = last_level_cache_bytes().unwrap_or(UNKNOWN_LLC_BYTES);
+        let llc = usable_last_level_cache_bytes().unwrap_or(UNKNOWN_LLC_BYTES);
+        assert!(llc <= LAST_LEVEL_CACHE_SHARE_BYTES.max(UNKNOWN_LLC_BYTES));
+        if let Some(reported) = last_level_cache_bytes() {
+            assert_eq!(llc, reported.min(LAST_LEVEL_CACHE_SHARE_BYTES));
+        }
         assert!(!CacheFlush::PastLastLevel.applies(llc));
         assert!(CacheFlush::PastLastLevel.applies(llc + 1));
         assert!(CacheFlush::Always.applies(64));

@@ -91,7 +91,7 @@ fn streaming_outputs(
     let mut out = vec![false; func.buffers.len()];
     let past = match opts.nontemporal_past_bytes {
         Some(b) => Some(b),
-        None => crate::runtime::cache::last_level_cache_bytes().map(|b| b as u64),
+        None => crate::runtime::cache::usable_last_level_cache_bytes().map(|b| b as u64),
     };
     let Some(past) = past else {
         return Ok(out);
