@@ -10,7 +10,7 @@ use tensortune_records::{Database, Outcome, Record};
 use tensortune_schedules::{lower::lower, ops::WorkloadSpec, trace::Trace, ComputeDag};
 
 use crate::error::ModelError;
-use crate::features::ProgramFeatures;
+use crate::features::{CoreModel, ProgramFeatures};
 use crate::model::Sample;
 
 /// What loading samples from a database did.
@@ -120,7 +120,7 @@ pub fn sample_from_record(record: &Record, dag: &ComputeDag) -> Result<Sample, S
         _ => 0.0,
     };
     Ok(Sample {
-        features: ProgramFeatures::extract(&func),
+        features: ProgramFeatures::extract_for(&func, &CoreModel::for_key(&record.target)),
         workload: record.workload.key.clone(),
         throughput: if throughput.is_finite() {
             throughput

@@ -1,7 +1,7 @@
 //! Feature extraction: deterministic, finite, and sensitive to the schedule in the expected
 //! direction.
 
-use tensortune_cost_model::{ProgramFeatures, FEATURE_NAMES, N_FEATURES};
+use tensortune_cost_model::{CoreModel, ProgramFeatures, FEATURE_NAMES, N_FEATURES};
 use tensortune_schedules::{
     lower::lower, ops::WorkloadSpec, random::random_state, schedule::State, trace::Trace,
 };
@@ -205,6 +205,62 @@ fn register_tiles_show_in_the_micro_kernel_features() {
     for row in 0..f.num_rows() {
         assert_eq!(f.get(row, "program_cycles_per_flop"), Some(per_flop(&f)));
     }
+}
+
+/// A 4-row register tile `lanes` wide of matmul M=64, N=`lanes`, K=64, costed on `core`.
+fn wide_tile(lanes: i64, core: &CoreModel) -> ProgramFeatures {
+    let spec = format!("matmul:M=64,N={lanes},K=64");
+    let dag = WorkloadSpec::parse(&spec).unwrap().build().unwrap();
+    let mut s = State::new(&dag);
+    s.tile(2, 0, 1, 4, lanes).unwrap();
+    s.reorder(2, &[0, 1, 4, 2, 3]).unwrap();
+    s.unroll(2, 3).unwrap();
+    s.vectorize(2, 4).unwrap();
+    ProgramFeatures::extract_for(&lower(&s).expect("lowers"), core)
+}
+
+#[test]
+fn the_micro_kernel_is_costed_in_the_targets_pipe_units() {
+    let key = |k: &str| CoreModel::for_key(k);
+    let avx512 = "-mattr=+avx2,+avx512f,+fma -threads=1";
+    let zen4 = key(&format!("llvm -mcpu=znver4 {avx512}"));
+    let intel = key(&format!("llvm -mcpu=sapphirerapids {avx512}"));
+    assert_eq!(zen4, CoreModel::default());
+    assert_eq!((zen4.vector_bytes, zen4.unit_bytes), (64.0, 32.0));
+    assert_eq!((intel.vector_bytes, intel.unit_bytes), (64.0, 64.0));
+    let avx2 = key("llvm -mcpu=znver3 -mattr=+avx2,+fma -threads=1");
+    assert_eq!((avx2.vector_bytes, avx2.unit_bytes), (32.0, 32.0));
+    assert_eq!(key("cuda -arch=sm_90"), CoreModel::default());
+    assert_eq!(key("not a key"), CoreModel::default());
+
+    // A row of 56 lanes is 3.5 registers. On 256-bit pipes it is 7 whole pipe operations, an
+    // eighth fewer than a row of 64; on 512-bit pipes the half register takes a whole one,
+    // so 56 lanes cost as much as 64 and do less work.
+    let ops = |lanes, core: &CoreModel| {
+        let f = wide_tile(lanes, core);
+        let r = update_row(&f);
+        (
+            f.get(r, "body_vec_ops").unwrap(),
+            f.get(r, "body_flops_per_cycle").unwrap(),
+        )
+    };
+    assert_eq!(ops(56, &zen4).0, slog(4.0 * 7.0));
+    assert_eq!(ops(64, &zen4).0, slog(4.0 * 8.0));
+    assert_eq!(ops(56, &intel).0, slog(4.0 * 4.0));
+    assert_eq!(ops(64, &intel).0, slog(4.0 * 4.0));
+    assert!(ops(56, &intel).1 < ops(64, &intel).1);
+    // Whole pipes do twice the work a cycle.
+    assert!(ops(64, &intel).1 > ops(64, &zen4).1);
+    // `extract` is the default core's.
+    let dag = WorkloadSpec::parse("matmul:M=64,N=56,K=64")
+        .unwrap()
+        .build()
+        .unwrap();
+    let func = lower(&State::new(&dag)).unwrap();
+    assert_eq!(
+        ProgramFeatures::extract(&func),
+        ProgramFeatures::extract_for(&func, &CoreModel::default())
+    );
 }
 
 #[test]

@@ -27,7 +27,7 @@ use std::time::Instant;
 /// model's rank: the first round also trains the model, which learns more from programs
 /// of every kind than from the ones an analytic estimate likes.
 const UNINFORMED_RANDOM_SHARE: f64 = 0.5;
-use tensortune_cost_model::{CostModel, ProgramFeatures, Sample};
+use tensortune_cost_model::{CoreModel, CostModel, ProgramFeatures, Sample};
 use tensortune_records::{
     Database, ErrorKind, NewRecord, NewRun, Outcome, RunId, Timing, Workload,
 };
@@ -301,13 +301,18 @@ impl Task {
 /// Scores states with a cost model: lowered and featurized in parallel, then predicted.
 struct ModelScorer<'a> {
     model: &'a dyn CostModel,
+    core: CoreModel,
 }
 
 impl Scorer for ModelScorer<'_> {
     fn score(&mut self, states: &[State]) -> Vec<f64> {
         let feats: Vec<Option<ProgramFeatures>> = states
             .par_iter()
-            .map(|s| lower(s).ok().map(|f| ProgramFeatures::extract(&f)))
+            .map(|s| {
+                lower(s)
+                    .ok()
+                    .map(|f| ProgramFeatures::extract_for(&f, &self.core))
+            })
             .collect();
         let ok: Vec<ProgramFeatures> = feats.iter().flatten().cloned().collect();
         let pred = self
@@ -390,10 +395,16 @@ impl<'a> Tuner<'a> {
         self
     }
 
-    fn sample_of(key: &str, flops: f64, state: &State, latency: Option<f64>) -> Option<Sample> {
+    fn sample_of(
+        core: &CoreModel,
+        key: &str,
+        flops: f64,
+        state: &State,
+        latency: Option<f64>,
+    ) -> Option<Sample> {
         let f = lower(state).ok()?;
         Some(Sample {
-            features: ProgramFeatures::extract(&f),
+            features: ProgramFeatures::extract_for(&f, core),
             workload: key.to_string(),
             throughput: latency
                 .filter(|l| *l > 0.0)
@@ -419,6 +430,7 @@ impl<'a> Tuner<'a> {
     /// Resumes from the records of this workload and target: they are never measured again,
     /// the successful ones seed the search, and all are trained on before the first round.
     fn resume(&mut self, task: &mut Task, records: &[tensortune_records::Record]) {
+        let core = CoreModel::for_target(&self.target);
         for r in records {
             // A failure of kind `other` (out of memory, the measurer itself, a stored time out
             // of range) says nothing about the program: a resumed run may try it again.
@@ -441,7 +453,7 @@ impl<'a> Tuner<'a> {
             task.report.resumed += 1;
             let latency = r.outcome.timing().map(|t| t.median_s);
             // Cut-short records (timed once) are trained on too (see the retraining).
-            if let Some(s) = Self::sample_of(&task.input.key, task.flops, &state, latency) {
+            if let Some(s) = Self::sample_of(&core, &task.input.key, task.flops, &state, latency) {
                 self.resumed.push(s);
             }
             if let Some(l) = latency {
@@ -585,6 +597,7 @@ impl<'a> Tuner<'a> {
             .collect();
         let mut scorer = ModelScorer {
             model: self.model.as_ref(),
+            core: CoreModel::for_target(&self.target),
         };
         // A model that has learnt nothing yet ranks with an untrained estimate at best
         // (`AnalyticModel`): evolving a population by its scores would only cost time, so
@@ -666,11 +679,13 @@ impl<'a> Tuner<'a> {
         if done_before + batch.len() >= self.opts.trials {
             return;
         }
+        let core = CoreModel::for_target(&self.target);
         let new: Vec<Sample> = batch
             .par_iter()
             .zip(results)
             .filter_map(|(c, r)| {
                 Self::sample_of(
+                    &core,
                     &task.input.key,
                     task.flops,
                     &c.state,

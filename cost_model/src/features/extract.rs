@@ -8,6 +8,7 @@
 
 use super::index::{AccessPattern, Env, LoopDim};
 use super::names::*;
+use super::CoreModel;
 use tensortune_schedules::expr::{BinOp, BufId, DType, Expr};
 use tensortune_schedules::ir::{BufKind, ForKind, LoweredFunc, Scope, Stmt, ThreadAxis};
 
@@ -15,13 +16,10 @@ use tensortune_schedules::ir::{BufKind, ForKind, LoweredFunc, Scope, Stmt, Threa
 /// both handled well by 64.
 const CACHE_LINE: f64 = 64.0;
 
-// The model core of the kernel group (AMD Zen 4; see `names` for how they are used). Other
-// cores shift these figures; the model is trained per target, so the trees learn their own
+// The model core of the kernel group (AMD Zen 4's ports, latencies and caches; see `names`
+// for how they are used), with the vector widths of the target (`CoreModel`). Other cores
+// shift these figures; the model is trained per target, so the trees learn their own
 // thresholds.
-/// A vector register.
-const VECTOR_BYTES: f64 = 64.0;
-/// What one FMA pipe, load port or store port takes a cycle: a 64-byte op is two.
-const UNIT_BYTES: f64 = 32.0;
 const FMA_PORTS: f64 = 2.0;
 const FMA_LATENCY: f64 = 4.0;
 const LOAD_PORTS: f64 = 2.0;
@@ -202,10 +200,12 @@ struct Walker<'f> {
     program_flops: f64,
     /// Estimated cycles of the rows so far.
     program_cycles: f64,
+    /// Vector widths of the micro-kernel's cost.
+    core: CoreModel,
 }
 
 /// Appends one row per store of `func` to a fresh vector; returns it with the row count.
-pub(crate) fn extract_rows(func: &LoweredFunc) -> (Vec<f32>, usize) {
+pub(crate) fn extract_rows(func: &LoweredFunc, core: &CoreModel) -> (Vec<f32>, usize) {
     let mut store_users = vec![0u32; func.buffers.len()];
     let mut stores = 0usize;
     func.body.visit(&mut |s| {
@@ -242,6 +242,7 @@ pub(crate) fn extract_rows(func: &LoweredFunc) -> (Vec<f32>, usize) {
         out: Vec::with_capacity(stores * N_FEATURES),
         program_flops: program_flops(&func.body),
         program_cycles: 0.0,
+        core: *core,
     };
     w.stmt(&func.body);
     let rows = w.out.len() / N_FEATURES;
@@ -544,8 +545,9 @@ impl<'f> Walker<'f> {
         let body_iters: f64 = dims[b..].iter().map(|d| d.extent as f64).product();
         let body_execs = execs / body_iters.max(1.0);
         let (out_elem, _) = self.decl_bytes(write.buf);
-        // Vector instructions of the body, in 32-byte units (a 64-byte op is two).
-        let units = |e: f64, elem: f64| (e * elem / UNIT_BYTES).ceil();
+        // Vector instructions of the body, in pipe units (on Zen 4 a 64-byte op is two).
+        let (unit_bytes, vector_bytes) = (self.core.unit_bytes, self.core.vector_bytes);
+        let units = |e: f64, elem: f64| (e * elem / unit_bytes).ceil();
         let mut vec_ops = 1.0f64;
         for l in &self.loops[b..] {
             vec_ops *= match l.kind {
@@ -553,7 +555,7 @@ impl<'f> Walker<'f> {
                 _ => l.dim.extent as f64,
             };
         }
-        // One access per execution of the body: its distinct loads or stores (32-byte
+        // One access per execution of the body: its distinct loads or stores (pipe
         // units; an element the vectorized loop does not move is one broadcast), the vector
         // registers its values take, and whether the vectorized loop gathers it.
         let distinct = |w: &mut Self, index: &Expr, elem: f64| -> (f64, f64, bool) {
@@ -569,12 +571,12 @@ impl<'f> Walker<'f> {
                 match l.kind {
                     ForKind::Vectorized if p.stride.get(j).is_some_and(|s| s.abs() == 1) => {
                         count *= units(e, elem);
-                        regs *= (e * elem / VECTOR_BYTES).ceil();
+                        regs *= (e * elem / vector_bytes).ceil();
                     }
                     ForKind::Vectorized => {
                         gather = true;
                         count *= e;
-                        regs *= (e * elem / VECTOR_BYTES).ceil();
+                        regs *= (e * elem / vector_bytes).ceil();
                     }
                     _ => {
                         count *= e;
@@ -626,7 +628,7 @@ impl<'f> Walker<'f> {
         // Accumulators kept in registers chain their updates: each of the `acc_regs` chains
         // takes `vec_ops / acc_regs` dependent ops per body.
         let lat = if in_regs {
-            vec_ops / (VECTOR_BYTES / UNIT_BYTES) / acc_regs.max(1.0) * FMA_LATENCY
+            vec_ops / (vector_bytes / unit_bytes) / acc_regs.max(1.0) * FMA_LATENCY
         } else {
             0.0
         };

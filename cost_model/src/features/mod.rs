@@ -28,6 +28,59 @@ pub use names::{FEATURE_NAMES, MAX_BUFFERS, N_FEATURES};
 
 use serde::{Deserialize, Serialize};
 use tensortune_schedules::ir::LoweredFunc;
+use tensortune_schedules::target::{TargetDesc, TargetKey};
+
+/// The vector widths the micro-kernel features (the `kernel` group of [`names`]) cost a
+/// program's innermost loops with: what the target says of its registers and FMA pipes. The
+/// rest of that model core (ports, latencies, caches) is fixed: the trees learn their own
+/// thresholds per target, and features of the records of one target key must come out the
+/// same in every process, which the key alone guarantees (it names the CPU, not its caches).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CoreModel {
+    /// Bytes of a vector register.
+    pub vector_bytes: f64,
+    /// Bytes one FMA pipe, load port or store port takes a cycle (half a register on Zen 4).
+    pub unit_bytes: f64,
+}
+
+impl Default for CoreModel {
+    /// AVX-512 registers on 256-bit pipes (AMD Zen 4), the core the group was first built
+    /// for; what [`ProgramFeatures::extract`] assumes.
+    fn default() -> CoreModel {
+        CoreModel {
+            vector_bytes: 64.0,
+            unit_bytes: 32.0,
+        }
+    }
+}
+
+impl CoreModel {
+    /// The widths of a CPU target ([`TargetDesc::Cpu`]'s `vector_bits` and
+    /// `vector_unit_bits`); the default for a GPU.
+    pub fn for_target(target: &TargetDesc) -> CoreModel {
+        match target {
+            TargetDesc::Cpu(c) => {
+                let vector_bytes = f64::from(c.vector_bits.max(8) / 8);
+                let unit = f64::from(c.vector_unit_bits.max(8) / 8);
+                CoreModel {
+                    vector_bytes,
+                    unit_bytes: unit.min(vector_bytes),
+                }
+            }
+            TargetDesc::Cuda(_) => CoreModel::default(),
+        }
+    }
+
+    /// The widths of the CPU a target key names (records carry their key); the default for a
+    /// GPU key or text that is not a key.
+    pub fn for_key(key: &str) -> CoreModel {
+        key.parse::<TargetKey>()
+            .ok()
+            .and_then(|k| k.cpu_desc())
+            .map(|d| CoreModel::for_target(&d))
+            .unwrap_or_default()
+    }
+}
 
 /// The features of one program: `num_rows()` rows of [`N_FEATURES`] values, one per store.
 ///
@@ -57,9 +110,16 @@ impl TryFrom<FlatFeatures> for ProgramFeatures {
 }
 
 impl ProgramFeatures {
-    /// Extracts the features of a lowered program (microseconds for a typical kernel).
+    /// Extracts the features of a lowered program (microseconds for a typical kernel), its
+    /// micro-kernel costed on the default [`CoreModel`].
     pub fn extract(func: &LoweredFunc) -> ProgramFeatures {
-        let (mut values, _) = extract::extract_rows(func);
+        ProgramFeatures::extract_for(func, &CoreModel::default())
+    }
+
+    /// [`ProgramFeatures::extract`] with the micro-kernel costed on `core` (a tuner passes
+    /// its target's, [`CoreModel::for_target`]).
+    pub fn extract_for(func: &LoweredFunc, core: &CoreModel) -> ProgramFeatures {
+        let (mut values, _) = extract::extract_rows(func, core);
         // Products of extents are finite for any real program; keep the invariant anyway.
         for v in &mut values {
             if !v.is_finite() {

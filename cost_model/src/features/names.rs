@@ -15,14 +15,15 @@
 //! | intensity | 10 | the arithmetic-intensity curve: float operations divided by unique bytes when the loops from the innermost up to level *l* run, sampled at 10 evenly spaced levels from the innermost loop (sample 0) to the outermost (sample 9), linearly interpolated |
 //! | allocation | 5 | for a store into a temporary: its size in bytes, how many times its `Allocate` runs (the product of the loops around it), the iterations of the nest inside one allocation, and its scope one-hot (local, shared); zero for parameters |
 //! | outer | 4 | `outer_prod` (executions of the store: the product of its loop extents), `num_loops`, `num_guards` (enclosing `if`s: tails of non-divisible splits), `writes_output` |
-//! | kernel | 14 | the micro-kernel on a model core (see below): `body_loops` (loops in the straight-line body), per execution of the body `body_vec_ops`, `body_loads` and `body_stores` (in 32-byte halves; a broadcast is one load), `body_acc_regs` (registers of an update's accumulators), `body_acc_in_regs` (they stay in registers across the reduce loops around the body), `body_cycles`, `body_flops_per_cycle`, `body_gathers`; `l1_miss_bytes_per_flop`, `l2_miss_bytes_per_flop`, `l3_miss_bytes_per_flop` (bytes each cache takes in from the level below, per float operation of the store); `row_cycles_per_flop` (the store's estimated cycles over the program's float operations) and `program_cycles_per_flop` (the sum over all stores, the same in every row) |
+//! | kernel | 14 | the micro-kernel on a model core (see below): `body_loops` (loops in the straight-line body), per execution of the body `body_vec_ops`, `body_loads` and `body_stores` (in pipe units, 32 bytes on Zen 4; a broadcast is one load), `body_acc_regs` (registers of an update's accumulators), `body_acc_in_regs` (they stay in registers across the reduce loops around the body), `body_cycles`, `body_flops_per_cycle`, `body_gathers`; `l1_miss_bytes_per_flop`, `l2_miss_bytes_per_flop`, `l3_miss_bytes_per_flop` (bytes each cache takes in from the level below, per float operation of the store); `row_cycles_per_flop` (the store's estimated cycles over the program's float operations) and `program_cycles_per_flop` (the sum over all stores, the same in every row) |
 //!
 //! **The kernel group** carries across shapes where the others do not: it is made of ratios
 //! (per flop, per body execution) instead of totals. The *body* is the innermost loops the
 //! code generator makes straight-line code of: unrolled and vectorized loops, and for an
 //! update also rolled loops LLVM may unroll (16 copies at most, as the code generator lets
-//! it). Vector work is counted in 32-byte halves, because AMD Zen 4 runs a 64-byte FMA as two;
-//! a body costs the most of its FMAs over two pipes, its loads over two ports and its stores
+//! it). Vector work is counted in units of what one FMA pipe takes a cycle (`CoreModel`,
+//! from the target): 32-byte halves on AMD Zen 4, which runs a 64-byte FMA as two, whole
+//! 64-byte vectors on Intel's AVX-512 cores; a body costs the most of its FMAs over two pipes, its loads over two ports and its stores
 //! over one, or, where an update's accumulators stay in registers, four cycles per dependent
 //! FMA of one chain; accumulators beyond 28 registers spill, so every update then loads and
 //! stores. A cache takes in, per iteration of the loops outside the outermost level whose
