@@ -23,12 +23,13 @@
 //! update also rolled loops LLVM may unroll (16 copies at most, as the code generator lets
 //! it). Vector work is counted in units of what one FMA pipe takes a cycle (`CoreModel`,
 //! from the target): 32-byte halves on AMD Zen 4, which runs a 64-byte FMA as two, whole
-//! 64-byte vectors on Intel's AVX-512 cores; a body costs the most of its FMAs over two pipes, its loads over two ports and its stores
-//! over one, or, where an update's accumulators stay in registers, four cycles per dependent
-//! FMA of one chain; accumulators beyond 28 registers spill, so every update then loads and
-//! stores. A cache takes in, per iteration of the loops outside the outermost level whose
-//! footprint fits it (32 KiB, 1 MiB, 32 MiB), that level's footprint of each buffer, except
-//! over the loops right outside that do not move the buffer. Cycles of a store: the most of
+//! 64-byte vectors on Intel's AVX-512 cores; a body costs the most of its FMAs over two
+//! pipes, its loads over two ports and its stores over one, or, where an update's
+//! accumulators stay in registers, four cycles per dependent FMA of one chain; accumulators
+//! beyond 28 registers spill, so every update then loads and stores. A cache takes in, per
+//! iteration of the loops outside the outermost level whose footprint fits it (32 KiB,
+//! 1 MiB, 32 MiB), that level's footprint of each buffer, except over the loops right
+//! outside that do not move the buffer. Cycles of a store: the most of
 //! its bodies' cycles and its misses at 16, 8 and 8 bytes a cycle. These constants are one
 //! core's; the model is trained per target, so on another the trees move their thresholds.
 //!

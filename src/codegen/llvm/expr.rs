@@ -183,26 +183,28 @@ impl<'ctx> Gen<'ctx, '_> {
         }
     }
 
-    fn contract(&self, v: V<'ctx>) -> V<'ctx> {
+    /// Sets fast-math `flags` on the float instruction `v` (a constant-folded value has
+    /// none to set). Only fails on instructions that take no flags, which these are not.
+    fn with_flags(v: V<'ctx>, flags: FastMathFlags) -> V<'ctx> {
         if let Some(i) = v.as_instruction_value() {
-            // Only fails on instructions that take no flags, which these are not.
-            let _ = i.set_fast_math_flags(FastMathFlags::AllowContract);
+            let _ = i.set_fast_math_flags(flags);
         }
         v
     }
 
-    /// Marks a division `arcp`: LLVM may compute `x / y` as `x * (1 / y)`, and so divides
-    /// once outside a loop whose divisor does not change in it (softmax's row sum). A
-    /// division costs several times a multiply on every x86 core, and on some (Intel's) it
-    /// made most of softmax's run time (docs/measurements.md, "Softmax's division"). The
-    /// result may differ from the correctly rounded quotient in the last place or two, well
-    /// within the tolerance of the check against the reference.
+    /// `contract`: an add of a multiply may become one FMA.
+    fn contract(&self, v: V<'ctx>) -> V<'ctx> {
+        Self::with_flags(v, FastMathFlags::AllowContract)
+    }
+
+    /// `arcp`: LLVM may compute `x / y` as `x * (1 / y)`, and so divides once outside a loop
+    /// whose divisor does not change in it (softmax's row sum). A vector division takes
+    /// several multiplies' time on every x86 core, and a large share of softmax's on Intel's
+    /// (docs/measurements.md, "Softmax's division"). The result may differ from the
+    /// correctly rounded quotient in the last place or two, well within the tolerance of the
+    /// check against the reference.
     fn reciprocal(&self, v: V<'ctx>) -> V<'ctx> {
-        if let Some(i) = v.as_instruction_value() {
-            // Only fails on instructions that take no flags, which an fdiv is not.
-            let _ = i.set_fast_math_flags(FastMathFlags::AllowReciprocal);
-        }
-        v
+        Self::with_flags(v, FastMathFlags::AllowReciprocal)
     }
 
     fn binop(&mut self, op: BinOp, d: DType, x: V<'ctx>, y: V<'ctx>) -> Res<V<'ctx>> {

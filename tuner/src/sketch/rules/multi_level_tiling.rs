@@ -463,7 +463,8 @@ fn packable_input(dag: &ComputeDag, t: TensorId, axis: usize) -> Option<(TensorI
 /// too split the search's trials and lost badly on some seeds; on the 28 x 28 layer it wins
 /// on every seed (docs/measurements.md, "Output channels as the vector axis, again"). On a
 /// core with whole 512-bit pipes the half vector at the end of each row of 56 costs a whole
-/// FMA slot, and the sketch is offered there (docs/measurements.md, "Whole-vector pipes").
+/// FMA slot, and the sketch is offered there (docs/measurements.md, "An Intel AVX-512 core:
+/// the goal rows, and whole-vector FMA pipes").
 ///
 /// [`TargetDesc::vector_unit_lanes`]: tensortune_schedules::target::TargetDesc::vector_unit_lanes
 fn channel_vector_axis(cx: &RuleContext, t: TensorId) -> Option<(usize, (TensorId, usize))> {
