@@ -141,18 +141,20 @@ fn main() {
         }
     };
     println!(
-        "probe: {} ({}), FMA peak {:.1} GFLOP/s on 1 thread, {:.1} on {all}; bandwidth (best of copy and triad) {:.1} GB/s on 1 thread, {:.1} on {all}; parallel loop {:.2} µs",
+        "probe: {} ({}), FMA peak {:.1} GFLOP/s on 1 thread, {:.1} on {all}; bandwidth (best of copy and triad) {:.1} GB/s on 1 thread, {:.1} on {all}; read-only {:.1} GB/s on 1 thread, {:.1} on {all}; parallel loop {:.2} µs",
         p.cpu,
         p.isa,
         p.fma_gflops_1t,
         p.fma_gflops_all,
         p.bandwidth_gbs_1t(),
         p.bandwidth_gbs_all(),
+        p.read_gbs_1t,
+        p.read_gbs_all,
         p.parallel_loop_us
     );
     println!();
-    println!("| row | workload | threads | trials | tuning s | GFLOP/s | GB/s | of probe | numpy | × numpy |");
-    println!("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    println!("| row | workload | threads | trials | tuning s | GFLOP/s | GB/s | of probe | of copy | numpy | × numpy |");
+    println!("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     let mut one_thread_2048: Option<f64> = None;
     for row in ROWS {
         if let Some(only) = &only {
@@ -185,17 +187,27 @@ fn main() {
         let secs = t.elapsed().as_secs_f64();
         let (Some(gflops), Some(gbs)) = (r.best_gflops, r.best_gbs) else {
             println!(
-                "| {} | {} | {threads} | {} | {secs:.0} | no valid program | | | | |",
+                "| {} | {} | {threads} | {} | {secs:.0} | no valid program | | | | | |",
                 row.name, row.spec, r.trials
             );
             continue;
         };
-        // A memory-bound op against the bandwidth, a compute-bound one against the FMA peak.
-        let fraction = match (r.memory_bound(), threads) {
-            (true, 1) => gbs / p.bandwidth_gbs_1t(),
-            (true, _) => gbs / p.bandwidth_gbs_all(),
-            (false, 1) => gflops / p.fma_gflops_1t,
-            (false, _) => gflops / p.fma_gflops_all,
+        // A memory-bound op against the bandwidth of its mix of reads and writes (an op that
+        // only reads against the read-only pass), and beside it against copy/triad alone; a
+        // compute-bound one against the FMA peak.
+        let written = r.min_written_bytes;
+        let read = r.min_bytes - written;
+        let (fraction, of_copy) = match (r.memory_bound(), threads) {
+            (true, 1) => (
+                gbs / p.bandwidth_gbs_for(read, written, false),
+                format!("{:.2}", gbs / p.bandwidth_gbs_1t()),
+            ),
+            (true, _) => (
+                gbs / p.bandwidth_gbs_for(read, written, true),
+                format!("{:.2}", gbs / p.bandwidth_gbs_all()),
+            ),
+            (false, 1) => (gflops / p.fma_gflops_1t, String::new()),
+            (false, _) => (gflops / p.fma_gflops_all, String::new()),
         };
         let np = numpy(row.spec, threads);
         let (np_text, ratio) = match np {
@@ -204,7 +216,7 @@ fn main() {
             None => ("".to_string(), f64::NAN),
         };
         println!(
-            "| {} | {} | {threads} | {} | {secs:.0} | {gflops:.1} | {gbs:.1} | {fraction:.2} | {np_text} | {} |",
+            "| {} | {} | {threads} | {} | {secs:.0} | {gflops:.1} | {gbs:.1} | {fraction:.2} | {of_copy} | {np_text} | {} |",
             row.name,
             row.spec,
             r.trials,
@@ -216,7 +228,7 @@ fn main() {
         if row.name == "matmul2048-all" {
             if let Some(one) = one_thread_2048 {
                 println!(
-                    "|  | scaling: {threads} threads / 1 thread = {:.2} |  |  |  |  |  |  |  |  |",
+                    "|  | scaling: {threads} threads / 1 thread = {:.2} |  |  |  |  |  |  |  |  |  |",
                     gflops / one
                 );
             }

@@ -1,7 +1,7 @@
 //! What this machine can do at best, measured rather than read off a datasheet: the f32 FMA
 //! peak (independent vector FMA chains at the widest vector width the CPU has), the memory
-//! bandwidth of a copy and of a triad over buffers far larger than the last-level cache, both on
-//! one thread and on all of them, and the overhead of an empty parallel loop of the kernel
+//! bandwidth of a copy, of a triad and of a read-only sum over buffers far larger than the
+//! last-level cache, both on one thread and on all of them, and the overhead of an empty parallel loop of the kernel
 //! runtime ([`crate::Runtime`]). Tuned kernels are quoted as fractions of these figures,
 //! measured in the same run (`tensortune probe`, `cargo bench --bench cpu_goals`), because an
 //! absolute time on a shared machine is not stable from one run to the next.
@@ -64,6 +64,13 @@ pub struct ProbeReport {
     pub triad_gbs_1t: f64,
     /// Triad on `threads` threads.
     pub triad_gbs_all: f64,
+    /// A read-only pass (a sum over four parts of one array read side by side) on one thread,
+    /// GB/s of bytes read. One core's read stream can be well below its copy figure: a copy's
+    /// stores stream out without reading their lines first, while every read waits on its
+    /// line, so the yardstick of an op that only reads (a reduction, a GEMV) is this one.
+    pub read_gbs_1t: f64,
+    /// The read-only pass on `threads` threads.
+    pub read_gbs_all: f64,
     /// Microseconds a parallel loop over `threads` threads on the kernel runtime costs beyond
     /// its work (the fixed cost a parallel kernel pays per parallel loop; see
     /// `parallel_loop_overhead_us`).
@@ -80,6 +87,28 @@ impl ProbeReport {
     /// The same on `threads` threads.
     pub fn bandwidth_gbs_all(&self) -> f64 {
         self.copy_gbs_all.max(self.triad_gbs_all)
+    }
+
+    /// The yardstick of an op that reads `read_bytes` and writes `written_bytes` once, on one
+    /// thread (`all`: false) or on `threads`: the bandwidth of a stream of that mix, its bytes
+    /// moved at the copy/triad rate where it writes and at the read-only rate where it only
+    /// reads (the time of each part added).
+    pub fn bandwidth_gbs_for(&self, read_bytes: f64, written_bytes: f64, all: bool) -> f64 {
+        let (mixed, read) = if all {
+            (self.bandwidth_gbs_all(), self.read_gbs_all)
+        } else {
+            (self.bandwidth_gbs_1t(), self.read_gbs_1t)
+        };
+        // The written bytes come with as many read bytes in a copy; the reads beyond those
+        // go at the read-only rate.
+        let paired = written_bytes.min(read_bytes) + written_bytes;
+        let alone = (read_bytes - written_bytes).max(0.0);
+        let seconds = paired / mixed.max(1e-9) + alone / read.max(1e-9);
+        if seconds > 0.0 {
+            (read_bytes + written_bytes) / seconds
+        } else {
+            mixed
+        }
     }
 }
 
@@ -142,6 +171,8 @@ pub fn probe(opts: &ProbeOptions) -> Result<ProbeReport, ProbeError> {
     let copy_gbs_all = best_of(opts.repeats, || bufs.rate(Stream::Copy, threads))?;
     let triad_gbs_1t = best_of(opts.repeats, || bufs.rate(Stream::Triad, 1))?;
     let triad_gbs_all = best_of(opts.repeats, || bufs.rate(Stream::Triad, threads))?;
+    let read_gbs_1t = best_of(opts.repeats, || bufs.rate(Stream::Read, 1))?;
+    let read_gbs_all = best_of(opts.repeats, || bufs.rate(Stream::Read, threads))?;
     drop(bufs);
     let parallel_loop_us = parallel_loop_overhead_us(threads)?;
     Ok(ProbeReport {
@@ -157,6 +188,8 @@ pub fn probe(opts: &ProbeOptions) -> Result<ProbeReport, ProbeError> {
         copy_gbs_all,
         triad_gbs_1t,
         triad_gbs_all,
+        read_gbs_1t,
+        read_gbs_all,
         parallel_loop_us,
     })
 }
@@ -421,6 +454,44 @@ fn fma_rate(k: FmaKernel, threads: usize, seconds: f64) -> Result<f64, ProbeErro
 enum Stream {
     Copy,
     Triad,
+    Read,
+}
+
+/// Parts of a slice the read-only pass reads side by side: one sequential stream leaves a
+/// core's line-fill buffers partly idle (on an Intel Xeon guest, 12 GB/s from one stream
+/// against 16 from four); more streams than the prefetchers track gain nothing.
+const READ_STREAMS: usize = 4;
+
+/// f32 lanes each stream accumulates into: independent adds, so that the loop waits on
+/// memory, not on the latency of one addition chain.
+const READ_LANES: usize = 16;
+
+/// The sum of `x`, read as [`READ_STREAMS`] parts side by side.
+fn read_sum(x: &[f32]) -> f32 {
+    let part = x.len() / READ_STREAMS / READ_LANES * READ_LANES;
+    let (head, tail) = x.split_at(part * READ_STREAMS);
+    let mut parts = head.chunks_exact(part.max(1));
+    let mut acc = [[0.0f32; READ_LANES]; READ_STREAMS];
+    if part > 0 {
+        let (Some(p0), Some(p1), Some(p2), Some(p3)) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return x.iter().sum();
+        };
+        for (((c0, c1), c2), c3) in p0
+            .chunks_exact(READ_LANES)
+            .zip(p1.chunks_exact(READ_LANES))
+            .zip(p2.chunks_exact(READ_LANES))
+            .zip(p3.chunks_exact(READ_LANES))
+        {
+            for (a, c) in acc.iter_mut().zip([c0, c1, c2, c3]) {
+                for (l, v) in a.iter_mut().zip(c) {
+                    *l += v;
+                }
+            }
+        }
+    }
+    acc.iter().flatten().sum::<f32>() + tail.iter().sum::<f32>()
 }
 
 struct Buffers {
@@ -471,6 +542,7 @@ impl Buffers {
                                 *x = y + s * z;
                             }
                         }
+                        Stream::Read => a[0] = read_sum(b),
                     }
                     std::hint::black_box(&a[a.len() / 2]);
                     t.elapsed().as_secs_f64()
@@ -494,6 +566,7 @@ impl Buffers {
             Ok(wall)
         })?;
         let arrays = match kind {
+            Stream::Read => 1.0,
             Stream::Copy => 2.0,
             Stream::Triad => 3.0,
         };
@@ -604,6 +677,54 @@ mod tests {
     }
 
     #[test]
+    fn the_read_pass_sums_every_element_once() {
+        // Lengths around the parts' and lanes' multiples: a skipped or doubled element would
+        // change the sum, which small integers keep exact in f32.
+        for n in [0usize, 1, 63, 64, 65, 127, 1000, 4096 + 17] {
+            let x: Vec<f32> = (0..n).map(|i| (i % 7) as f32 + 1.0).collect();
+            let want: f64 = (0..n).map(|i| (i % 7) as f64 + 1.0).sum();
+            assert_eq!(read_sum(&x) as f64, want, "length {n}");
+        }
+    }
+
+    #[test]
+    fn the_yardstick_of_a_mix_lies_between_read_and_copy() {
+        let r = ProbeReport {
+            cpu: String::new(),
+            isa: String::new(),
+            lanes: 16,
+            threads: 1,
+            fma_gflops_1t: 1.0,
+            fma_gflops_all: 1.0,
+            buffer_bytes: 0,
+            last_level_cache_bytes: None,
+            copy_gbs_1t: 24.0,
+            copy_gbs_all: 48.0,
+            triad_gbs_1t: 16.0,
+            triad_gbs_all: 32.0,
+            read_gbs_1t: 12.0,
+            read_gbs_all: 30.0,
+            parallel_loop_us: 0.0,
+        };
+        // Only reads: the read rate. A copy's mix: the copy rate.
+        assert_eq!(r.bandwidth_gbs_for(64.0, 0.0, false), 12.0);
+        assert_eq!(r.bandwidth_gbs_for(64.0, 64.0, false), 24.0);
+        assert_eq!(r.bandwidth_gbs_for(64.0, 64.0, true), 48.0);
+        // Three reads a write: 128 bytes at 24, 128 more at 12 → 256 / (128/24 + 128/12).
+        let mixed = r.bandwidth_gbs_for(192.0, 64.0, false);
+        assert!(
+            (mixed - 256.0 / (128.0 / 24.0 + 128.0 / 12.0)).abs() < 1e-9,
+            "{mixed}"
+        );
+        // A read rate above the copy rate (a machine whose stores are slow) raises it.
+        let fast_reads = ProbeReport {
+            read_gbs_1t: 40.0,
+            ..r.clone()
+        };
+        assert!(fast_reads.bandwidth_gbs_for(64.0, 0.0, false) == 40.0);
+    }
+
+    #[test]
     fn a_small_probe_gives_positive_figures_and_refuses_bad_options() {
         let r = probe(&ProbeOptions {
             threads: 2,
@@ -617,6 +738,8 @@ mod tests {
             ("fma all", r.fma_gflops_all),
             ("copy", r.copy_gbs_1t),
             ("triad", r.triad_gbs_all),
+            ("read", r.read_gbs_1t),
+            ("read all", r.read_gbs_all),
         ] {
             assert!(v.is_finite() && v > 0.0, "{name}: {v}");
         }

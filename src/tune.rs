@@ -84,6 +84,9 @@ pub struct TuneReport {
     pub flops: f64,
     /// Bytes one run must move at the least (inputs read once, outputs written once).
     pub min_bytes: f64,
+    /// The written part of `min_bytes` (every output once): with it, a bandwidth yardstick
+    /// can weigh reads and writes (`ProbeReport::bandwidth_gbs_for`).
+    pub min_written_bytes: f64,
     /// GB/s of the best latency, counting `min_bytes` (the figure of a memory-bound op).
     pub best_gbs: Option<f64>,
     /// The top programs re-measured at the end, in their order during tuning (empty when
@@ -362,6 +365,7 @@ pub fn tune_dags<B: Backend>(
             remeasured = r.programs;
         }
         let min_bytes = dag.min_bytes();
+        let min_written_bytes = dag.min_written_bytes();
         reports.push(TuneReport {
             workload: t.key.clone(),
             target: target_key.clone(),
@@ -383,6 +387,7 @@ pub fn tune_dags<B: Backend>(
                 .collect(),
             flops: t.flops,
             min_bytes,
+            min_written_bytes,
             best_gbs: best_latency
                 .filter(|l| *l > 0.0)
                 .map(|l| min_bytes / l / 1e9),

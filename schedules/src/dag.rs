@@ -228,14 +228,22 @@ impl ComputeDag {
     /// written once (what a memory-bound op's bandwidth is counted in; intermediates that a
     /// schedule may keep in cache or registers are not counted).
     pub fn min_bytes(&self) -> f64 {
-        self.inputs
-            .iter()
-            .chain(&self.outputs)
-            .map(|&id| {
-                let op = self.op(id);
-                op.shape.iter().map(|&d| d as f64).product::<f64>() * op.dtype.bytes() as f64
-            })
-            .sum()
+        self.min_read_bytes() + self.min_written_bytes()
+    }
+
+    /// The read part of [`ComputeDag::min_bytes`]: every input once.
+    pub fn min_read_bytes(&self) -> f64 {
+        self.inputs.iter().map(|&id| self.bytes_of(id)).sum()
+    }
+
+    /// The written part of [`ComputeDag::min_bytes`]: every output once.
+    pub fn min_written_bytes(&self) -> f64 {
+        self.outputs.iter().map(|&id| self.bytes_of(id)).sum()
+    }
+
+    fn bytes_of(&self, id: TensorId) -> f64 {
+        let op = self.op(id);
+        op.shape.iter().map(|&d| d as f64).product::<f64>() * op.dtype.bytes() as f64
     }
 
     /// Floating-point operations of one evaluation: per element of each compute, the float

@@ -75,6 +75,12 @@ pub fn probe(args: &ProbeArgs, out: &mut dyn Write) -> Result<(), CliError> {
     .map_err(io)?;
     writeln!(
         out,
+        "read           {:.1} GB/s on 1 thread, {:.1} on {t} (a sum: bytes read only)",
+        r.read_gbs_1t, r.read_gbs_all
+    )
+    .map_err(io)?;
+    writeln!(
+        out,
         "parallel loop  {:.2} µs of overhead per parallel loop on {t} threads",
         r.parallel_loop_us
     )
