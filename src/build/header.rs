@@ -38,9 +38,9 @@ pub fn generate(guard: &str, target: &str, kernels: &[HeaderKernel]) -> String {
  * Each kernel NAME has two entry points. Every buffer is row-major, 64-byte aligned and
  * exactly the size stated; outputs alias nothing else. The last argument is a runtime table
  * the caller fills (see tensortune::runtime::abi): parallel_for must call body on disjoint
- * ranges covering [0, n) and return the first non-zero code, or 0; alloc returns 64-byte
- * aligned memory or NULL. The return value is 0 on success, 1 when alloc failed, 2 when
- * parallel_for failed. Link with -lm.
+ * ranges covering [0, n) and return the first non-zero code, or 0; alloc returns fresh
+ * 64-byte aligned memory that nothing else points into (as malloc's), or NULL. The return
+ * value is 0 on success, 1 when alloc failed, 2 when parallel_for failed. Link with -lm.
  */
 #ifndef {guard}
 #define {guard}

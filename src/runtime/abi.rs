@@ -30,7 +30,8 @@ pub type ParallelFor = unsafe extern "C" fn(
     closure: *mut c_void,
 ) -> i32;
 
-/// `rt->alloc(rt, bytes)`: 64-byte aligned memory, or NULL.
+/// `rt->alloc(rt, bytes)`: 64-byte aligned memory, or NULL. The block must be fresh, as
+/// malloc's is (no other live pointer reaches it): kernels are compiled assuming so.
 pub type AllocFn = unsafe extern "C" fn(rt: *const TtRuntime, bytes: i64) -> *mut c_void;
 
 /// `rt->free(rt, ptr)`: releases memory from `alloc` (NULL is ignored).

@@ -20,6 +20,7 @@ use inkwell::values::{
 };
 use inkwell::AddressSpace;
 use inkwell::IntPredicate;
+use tensortune_schedules::expr::BinOp;
 use tensortune_schedules::ir::{BufKind, ForKind, LoweredFunc, Stmt};
 use tensortune_schedules::{BufId, DType, Expr, Var};
 
@@ -397,12 +398,44 @@ impl<'ctx> Gen<'ctx, '_> {
     }
 
     /// A scalar index as i64.
+    ///
+    /// A sum is emitted with its constant terms added last: `(x.2*896 + k.2*64) + 128`
+    /// rather than `(x.2*896 + 128) + k.2*64`. The terms of an unrolled loop become constants
+    /// here, and LLVM's alias analysis can tell two addresses apart only when they differ by
+    /// a constant it can see; in the second form it cannot, so the accumulators of a register
+    /// tile with a reduction loop outside it (conv2d's `ry`, `rx`) stayed in memory, loaded
+    /// and stored around every FMA, instead of being kept in registers.
     pub(super) fn index(&mut self, index: &Expr) -> Res<IntValue<'ctx>> {
-        let v = self.expr(index)?;
-        let BasicValueEnum::IntValue(i) = v else {
-            return Err(CodegenError::InvalidIr(format!(
-                "index `{index}` is not a scalar integer"
-            )));
+        let not_int =
+            || CodegenError::InvalidIr(format!("index `{index}` is not a scalar integer"));
+        let mut terms = Vec::new();
+        sum_terms(index, &mut terms);
+        let mut variable: Option<IntValue<'ctx>> = None;
+        let mut constant: Option<IntValue<'ctx>> = None;
+        for t in terms {
+            let BasicValueEnum::IntValue(v) = self.expr(t)? else {
+                return Err(not_int());
+            };
+            let slot = if v.is_const() {
+                &mut constant
+            } else {
+                &mut variable
+            };
+            *slot = Some(match *slot {
+                None => v,
+                Some(acc) if acc.get_type() == v.get_type() => {
+                    self.b.build_int_add(acc, v, "add")?
+                }
+                Some(_) => return Err(not_int()),
+            });
+        }
+        let i = match (variable, constant) {
+            (Some(v), Some(c)) if v.get_type() == c.get_type() => {
+                self.b.build_int_add(v, c, "add")?
+            }
+            (Some(_), Some(_)) => return Err(not_int()),
+            (Some(v), None) | (None, Some(v)) => v,
+            (None, None) => return Err(not_int()),
         };
         if i.get_type().get_bit_width() == 64 {
             Ok(i)
@@ -674,13 +707,19 @@ impl<'ctx> Gen<'ctx, '_> {
         let alloc_fn = self.rt_field(1)?;
         let alloc_ty = ptr.fn_type(&[ptr.into(), i64t.into()], false);
         let rt = self.cur.rt;
-        let p = self.b.build_indirect_call(
+        let call = self.b.build_indirect_call(
             alloc_ty,
             alloc_fn,
             &[rt.into(), i64t.const_int(bytes, false).into()],
             &decl.name,
         )?;
-        let p = self.basic(p)?.into_pointer_value();
+        // A fresh block, as from malloc (the ABI's promise): `noalias` lets LLVM tell it apart
+        // from every other buffer, so that an accumulator tile in it is kept in registers
+        // across a reduction loop that also reads another temporary (conv2d's packed
+        // weights) instead of being stored on every iteration.
+        call.add_attribute(AttributeLoc::Return, self.enum_attr("noalias", 0));
+        call.add_attribute(AttributeLoc::Return, self.enum_attr("align", 64));
+        let p = self.basic(call)?.into_pointer_value();
         let is_null = self.b.build_is_null(p, "oom")?;
         let code = self
             .b
@@ -982,4 +1021,16 @@ fn updates(body: &Stmt) -> bool {
         }
     });
     found
+}
+
+/// The terms of an integer sum (`a + b + c` in any nesting), in order; anything else is one
+/// term.
+fn sum_terms<'e>(e: &'e Expr, out: &mut Vec<&'e Expr>) {
+    match e {
+        Expr::Bin(BinOp::Add, a, b) if a.dtype().is_int() => {
+            sum_terms(a, out);
+            sum_terms(b, out);
+        }
+        _ => out.push(e),
+    }
 }
