@@ -1,8 +1,8 @@
 //! What this machine can do at best, measured rather than read off a datasheet: the f32 FMA
 //! peak (independent vector FMA chains at the widest vector width the CPU has), the memory
 //! bandwidth of a copy, of a triad and of a read-only sum over buffers far larger than the
-//! last-level cache, both on one thread and on all of them, and the overhead of an empty parallel loop of the kernel
-//! runtime ([`crate::Runtime`]). Tuned kernels are quoted as fractions of these figures,
+//! last-level cache, both on one thread and on all of them, and the overhead of an empty
+//! parallel loop of the kernel runtime ([`crate::Runtime`]). Tuned kernels are quoted as fractions of these figures,
 //! measured in the same run (`tensortune probe`, `cargo bench --bench cpu_goals`), because an
 //! absolute time on a shared machine is not stable from one run to the next.
 
@@ -458,8 +458,8 @@ enum Stream {
 }
 
 /// Parts of a slice the read-only pass reads side by side: one sequential stream leaves a
-/// core's line-fill buffers partly idle (on an Intel Xeon guest, 12 GB/s from one stream
-/// against 16 from four); more streams than the prefetchers track gain nothing.
+/// core's line-fill buffers partly idle, and more streams than the prefetchers track gain
+/// nothing (docs/measurements.md, "A read-only bandwidth, softmax's phases...").
 const READ_STREAMS: usize = 4;
 
 /// f32 lanes each stream accumulates into: independent adds, so that the loop waits on
@@ -469,28 +469,16 @@ const READ_LANES: usize = 16;
 /// The sum of `x`, read as [`READ_STREAMS`] parts side by side.
 fn read_sum(x: &[f32]) -> f32 {
     let part = x.len() / READ_STREAMS / READ_LANES * READ_LANES;
-    let (head, tail) = x.split_at(part * READ_STREAMS);
-    let mut parts = head.chunks_exact(part.max(1));
     let mut acc = [[0.0f32; READ_LANES]; READ_STREAMS];
-    if part > 0 {
-        let (Some(p0), Some(p1), Some(p2), Some(p3)) =
-            (parts.next(), parts.next(), parts.next(), parts.next())
-        else {
-            return x.iter().sum();
-        };
-        for (((c0, c1), c2), c3) in p0
-            .chunks_exact(READ_LANES)
-            .zip(p1.chunks_exact(READ_LANES))
-            .zip(p2.chunks_exact(READ_LANES))
-            .zip(p3.chunks_exact(READ_LANES))
-        {
-            for (a, c) in acc.iter_mut().zip([c0, c1, c2, c3]) {
-                for (l, v) in a.iter_mut().zip(c) {
-                    *l += v;
-                }
+    for i in (0..part).step_by(READ_LANES) {
+        for (s, a) in acc.iter_mut().enumerate() {
+            let at = s * part + i;
+            for (l, v) in a.iter_mut().zip(&x[at..at + READ_LANES]) {
+                *l += v;
             }
         }
     }
+    let tail = &x[part * READ_STREAMS..];
     acc.iter().flatten().sum::<f32>() + tail.iter().sum::<f32>()
 }
 
