@@ -152,5 +152,7 @@ pub fn mutate(
             out[h] = vec![others[rng.random_range(0..others.len())]];
         }
     }
-    Some(out)
+    // A move into a capped level over its shared bound makes a program the verifier
+    // rejects: no mutation rather than a wasted measurement.
+    sketch.within_caps(&out).then_some(out)
 }

@@ -35,7 +35,7 @@ impl SimulatedMeasurer {
     pub fn new(sketches: &[Sketch], seed: u64, base: f64) -> SimulatedMeasurer {
         let mut targets = HashMap::new();
         for s in sketches {
-            let t: Vec<Vec<i64>> = s
+            let mut t: Vec<Vec<i64>> = s
                 .holes
                 .iter()
                 .enumerate()
@@ -72,6 +72,7 @@ impl SimulatedMeasurer {
                     }
                 })
                 .collect();
+            s.clamp_to_caps(&mut t, |_| 0);
             targets.insert(s.name.clone(), t);
         }
         SimulatedMeasurer {

@@ -190,3 +190,69 @@ fn the_default_gpu_schedule_of_a_large_matmul_fills_the_gpu() {
         );
     }
 }
+
+/// The extent of the loop bound to `vthread` in a lowered function, if it has one (the
+/// product of the virtual-thread levels of all axes, before lowering pushes it down).
+fn vthread_extent(s: &tensortune_schedules::schedule::State) -> Option<i64> {
+    s.stages().iter().find_map(|st| {
+        st.leaves.iter().find_map(|&l| {
+            let it = st.iter(l);
+            (it.annotation
+                == Some(tensortune_schedules::trace::Annotation::Bind(
+                    tensortune_schedules::ir::ThreadAxis::VThread,
+                )))
+            .then_some(it.extent)
+        })
+    })
+}
+
+/// A tile's virtual threads span every output axis, never more than 8 of them in all, in
+/// draws and in mutations: the bound is shared by the axes, not split among them in advance.
+#[test]
+fn virtual_threads_span_every_axis_within_one_bound() {
+    let opts = TuneOptions::default();
+    let target = sm90();
+    for spec in [
+        "matmul:M=64,N=64,K=16",
+        "conv2d:N=2,C=4,H=8,W=8,K=8,R=3,S=3,stride=1,pad=1",
+    ] {
+        let d = dag(spec);
+        let sketches = generate_for(&d, &opts, &target, &gpu_rules());
+        let sk = sketches
+            .iter()
+            .find(|s| !s.caps.is_empty())
+            .unwrap_or_else(|| panic!("{spec}: no sketch bounds its virtual threads"));
+        let cap = &sk.caps[0];
+        assert_eq!(cap.max, 8);
+        let axes = d.op(d.outputs()[0]).shape.len();
+        assert_eq!(
+            cap.factors.len(),
+            axes,
+            "{spec}: one factor per output axis"
+        );
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        let mut above_one = vec![false; axes];
+        let mut products = std::collections::BTreeSet::new();
+        let weights = opts.mutation_weights.clone();
+        for _ in 0..400 {
+            let dec = sample(sk, &mut rng, &opts);
+            let levels: Vec<i64> = cap.factors.iter().map(|&(h, i)| dec[h][i]).collect();
+            let product: i64 = levels.iter().product();
+            assert!(product <= 8, "{spec}: {levels:?}");
+            products.insert(product);
+            for (a, &f) in levels.iter().enumerate() {
+                above_one[a] |= f > 1;
+            }
+            // The instantiated schedule's vthread loop is the fused product.
+            let s = sk.instantiate(&d, &dec).expect("instantiate");
+            assert_eq!(vthread_extent(&s), Some(product), "{spec}: {levels:?}");
+            for _ in 0..4 {
+                if let Some(m) = tensortune_tuner::mutate::mutate(sk, &dec, &mut rng, &weights) {
+                    assert!(sk.within_caps(&m), "{spec}: mutated over the bound: {m:?}");
+                }
+            }
+        }
+        assert!(above_one.iter().all(|&x| x), "{spec}: {above_one:?}");
+        assert!(products.contains(&8), "{spec}: {products:?}");
+    }
+}

@@ -149,6 +149,20 @@ pub struct Sketch {
     pub steps: Vec<SketchStep>,
     /// Holes, indexed by the steps.
     pub holes: Vec<Hole>,
+    /// Bounds on products of tile factors of different holes.
+    pub caps: Vec<ProductCap>,
+}
+
+/// A bound on the product of tile factors of several holes: levels of different loops that
+/// a sketch fuses into one loop of limited extent (a GPU tile's virtual threads, one level
+/// of every output axis, fused into one `vthread` loop of at most 8). Per-hole caps cannot
+/// say this without fixing each loop's share of the bound in advance.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProductCap {
+    /// The factors bounded together: a tile hole and an index into its decision.
+    pub factors: Vec<(usize, usize)>,
+    /// The largest product allowed.
+    pub max: i64,
 }
 
 /// Why decisions do not instantiate a sketch.
@@ -178,6 +192,41 @@ impl Sketch {
             })
     }
 
+    /// True if `decisions` keep every [`ProductCap`] of the sketch (a factor a decision does
+    /// not have counts as 1).
+    pub fn within_caps(&self, decisions: &[Vec<i64>]) -> bool {
+        self.caps.iter().all(|c| cap_product(c, decisions) <= c.max)
+    }
+
+    /// Brings `decisions` within every [`ProductCap`]: while a product is over its bound, one
+    /// of its factors above 1 (the `pick(n)`-th of the `n` such, in the cap's order) gives
+    /// up its smallest prime factor to the outermost level of its loop (implicit in the
+    /// decision), which keeps a perfect tiling perfect.
+    pub fn clamp_to_caps(&self, decisions: &mut [Vec<i64>], mut pick: impl FnMut(usize) -> usize) {
+        for c in &self.caps {
+            while cap_product(c, decisions) > c.max.max(1) {
+                let over: Vec<(usize, usize)> = c
+                    .factors
+                    .iter()
+                    .copied()
+                    .filter(|&(h, i)| {
+                        decisions
+                            .get(h)
+                            .and_then(|d| d.get(i))
+                            .is_some_and(|&f| f > 1)
+                    })
+                    .collect();
+                if over.is_empty() {
+                    break;
+                }
+                let (h, i) = over[pick(over.len()).min(over.len() - 1)];
+                let f = decisions[h][i];
+                let p = (2..=f).find(|p| f % p == 0).unwrap_or(f);
+                decisions[h][i] = f / p;
+            }
+        }
+    }
+
     /// The concrete schedule for `decisions`.
     pub fn instantiate(
         &self,
@@ -200,6 +249,26 @@ impl Sketch {
         }));
         Ok(s)
     }
+}
+
+/// The product of tile factors of `decisions`, each a hole and an index into its decision
+/// (saturating; a factor missing or below 1 counts as 1).
+fn product_of(decisions: &[Vec<i64>], factors: &[(usize, usize)]) -> i64 {
+    factors
+        .iter()
+        .map(|&(h, i)| {
+            decisions
+                .get(h)
+                .and_then(|d| d.get(i))
+                .copied()
+                .unwrap_or(1)
+        })
+        .fold(1i64, |a, f| a.saturating_mul(f.max(1)))
+}
+
+/// The product of a cap's factors in `decisions`.
+fn cap_product(c: &ProductCap, decisions: &[Vec<i64>]) -> i64 {
+    product_of(decisions, &c.factors)
 }
 
 /// Applies one sketch step with its holes filled from `decisions` (which fit the sketch).
@@ -263,17 +332,7 @@ fn apply_step(
             thread_holes,
             lanes_hole,
         } => {
-            let threads: i64 = thread_holes
-                .iter()
-                .map(|&(h, i)| {
-                    decisions
-                        .get(h)
-                        .and_then(|d| d.get(i))
-                        .copied()
-                        .unwrap_or(1)
-                        .max(1)
-                })
-                .product();
+            let threads = product_of(decisions, thread_holes);
             let lanes = lanes_hole
                 .and_then(|h| decisions.get(h)?.first().copied())
                 .unwrap_or(1);

@@ -73,7 +73,7 @@ pub fn level_cap(level: usize, n: usize, max_inner: Option<i64>, max_first: Opti
 
 /// Random decisions for every hole of `sketch`.
 pub fn sample(sketch: &Sketch, rng: &mut impl Rng, opts: &TuneOptions) -> Vec<Vec<i64>> {
-    sketch
+    let mut d: Vec<Vec<i64>> = sketch
         .holes
         .iter()
         .map(|h| match h {
@@ -91,7 +91,9 @@ pub fn sample(sketch: &Sketch, rng: &mut impl Rng, opts: &TuneOptions) -> Vec<Ve
             ),
             Hole::Choice { choices, .. } => vec![choices[rng.random_range(0..choices.len())]],
         })
-        .collect()
+        .collect();
+    sketch.clamp_to_caps(&mut d, |n| rng.random_range(0..n));
+    d
 }
 
 #[cfg(test)]
@@ -122,5 +124,42 @@ mod tests {
         // One level that is both first and last takes the smaller cap.
         assert_eq!(level_cap(0, 1, Some(16), Some(8)), 8);
         assert_eq!(level_cap(0, 2, Some(16), None), i64::MAX);
+    }
+
+    #[test]
+    fn a_shared_bound_keeps_perfect_tilings_perfect() {
+        use crate::sketch::{Hole, ProductCap, Sketch};
+        let hole = Hole::Tile {
+            extent: 96,
+            parts: 4,
+            max_inner: None,
+            max_first: Some(8),
+        };
+        let sk = Sketch {
+            name: "t".into(),
+            steps: Vec::new(),
+            holes: vec![hole.clone(), hole],
+            caps: vec![ProductCap {
+                factors: vec![(0, 0), (1, 0)],
+                max: 8,
+            }],
+        };
+        let mut rng = rand::rngs::ChaCha8Rng::seed_from_u64(11);
+        let opts = TuneOptions {
+            imperfect_tile_prob: 0.0,
+            ..TuneOptions::default()
+        };
+        for _ in 0..500 {
+            let d = sample(&sk, &mut rng, &opts);
+            assert!(d[0][0] * d[1][0] <= 8, "{d:?}");
+            for f in &d {
+                assert_eq!(96 % f.iter().product::<i64>(), 0, "{d:?}");
+            }
+        }
+        // Clamping moves whole prime factors out, smallest first: 6 * 4 -> within 8.
+        let mut d = vec![vec![6, 2, 1], vec![4, 1, 1]];
+        sk.clamp_to_caps(&mut d, |_| 0);
+        assert!(sk.within_caps(&d));
+        assert_eq!((d[0][0], d[1][0]), (1, 4));
     }
 }

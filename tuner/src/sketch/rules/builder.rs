@@ -2,7 +2,7 @@
 //! rule reads stage and loop positions as they are after the steps before it.
 
 use super::RuleError;
-use crate::sketch::{ChoiceKind, Hole, Sketch, SketchStep};
+use crate::sketch::{ChoiceKind, Hole, ProductCap, Sketch, SketchStep};
 use tensortune_schedules::schedule::State;
 use tensortune_schedules::trace::Step;
 use tensortune_schedules::{ComputeDag, TensorId};
@@ -15,6 +15,7 @@ pub struct SketchBuilder {
     pub state: State,
     steps: Vec<SketchStep>,
     holes: Vec<Hole>,
+    caps: Vec<ProductCap>,
     /// Annotation steps, applied after every structural step (they name stages by tensor, so
     /// stages inserted later do not move them).
     deferred: Vec<SketchStep>,
@@ -31,6 +32,7 @@ impl SketchBuilder {
             state: State::new(dag),
             steps: Vec::new(),
             holes: Vec::new(),
+            caps: Vec::new(),
             deferred: Vec::new(),
             names: Vec::new(),
             materialized: Vec::new(),
@@ -118,6 +120,12 @@ impl SketchBuilder {
         Ok(hole)
     }
 
+    /// Bounds the product of the tile factors `factors` (each a tile hole and an index into
+    /// its decision) by `max`: see [`ProductCap`].
+    pub fn cap_product(&mut self, factors: Vec<(usize, usize)>, max: i64) {
+        self.caps.push(ProductCap { factors, max });
+    }
+
     /// Splits loop `iter` of `stage` as another stage's tile `hole` is split: one new inner
     /// loop per range of the hole's factors.
     pub fn follow(
@@ -197,6 +205,7 @@ impl SketchBuilder {
             name: names.join(","),
             steps,
             holes: self.holes,
+            caps: self.caps,
         }
     }
 }

@@ -4,18 +4,17 @@
 //! - [`GpuInline`]: an injective stage that is not an output is inlined (on a GPU a root
 //!   padding copy would be a second loop nest that other blocks read: a race);
 //! - [`GpuTiling`]: a reduction with data reuse (matmul, batch matmul, dense, conv2d) is
-//!   tiled in three spatial levels (four for the last axis) and two reduce levels. The outer
+//!   tiled in four spatial levels and two reduce levels (Ansor's `SSSRRSRS`). The outer
 //!   stage (the fused elementwise consumer, or a copy-out stage after a local cache write)
 //!   takes the spatial levels: the outermost of every axis fused and bound to `blockIdx.x`;
-//!   for the last axis (the one consecutive in memory) a level of up to
-//!   [`MAX_VTHREAD`] virtual threads, bound to `vthread`; the next level of every axis fused
-//!   and bound to `threadIdx.x`; the last the tile of outputs one thread computes per
-//!   virtual thread. With virtual threads a thread's tiles lie `threads x inner` apart, so
-//!   that neighbouring threads read neighbouring words of the shared copies (no bank
-//!   conflicts) and store neighbouring outputs; lowering runs what the virtual threads share
-//!   once (`tensortune_schedules::lower`). Ansor's `SSSRRSRS` has the level on every axis;
-//!   on one axis, the cap of 8 bounds the whole `vthread` loop, which the GPU verifier
-//!   checks, so no draw is wasted on a longer one. The
+//!   the next of every axis fused and bound to `vthread`, at most [`MAX_VTHREAD`] virtual
+//!   threads in all (one [`ProductCap`](crate::sketch::ProductCap) over the axes' factors,
+//!   so that no draw or mutation is spent on a loop the GPU verifier rejects); the next of
+//!   every axis fused and bound to `threadIdx.x`; the last the tile of outputs one thread
+//!   computes per virtual thread. With virtual threads a thread's tiles lie `threads x
+//!   inner` apart along each axis, so that neighbouring threads read neighbouring words of
+//!   the shared copies (no bank conflicts) and store neighbouring outputs; lowering runs
+//!   what the virtual threads share once (`tensortune_schedules::lower`). The
 //!   accumulator is computed inside the thread loop, its reduction split into steps; each
 //!   input it reads is staged through shared memory at the last outer reduce loop (one step
 //!   of the reduction for the whole block), fetched by all the block's threads together: the
@@ -147,41 +146,31 @@ fn gpu_tile(
             shared.push((copy, cx.dag.op(x).dtype));
         }
     }
-    // The outer stage: every axis split block, thread, inner, the last one block, vthread,
-    // thread, inner (i j -> i.0 i.1 i.2 j.0 j.1 j.2 j.3), reordered by level (i.0 j.0 j.1
-    // i.1 j.2 i.2 j.3); the block level fused and bound to blocks, the virtual threads bound
-    // to `vthread`, the thread level fused and bound to threads.
+    // The outer stage: every axis split block, vthread, thread, inner (i j -> i.0 i.1 i.2
+    // i.3 j.0 j.1 j.2 j.3), reordered by level (i.0 j.0 i.1 j.1 i.2 j.2 i.3 j.3); each level
+    // but the inner one fused (and bound to blocks, virtual threads, threads). The virtual
+    // threads of all axes share one bound, the verifier's limit on the fused loop.
     let outer = b.pos(ot)?;
     let ns = cx.dag.op(t).shape.len();
-    let last = ns - 1;
     let mut holes = vec![0; ns];
     for a in (0..ns).rev() {
-        holes[a] = if a == last {
-            b.split_capped(outer, a as u32, 4, None, Some(MAX_VTHREAD))?
-        } else {
-            b.split(outer, a as u32, 3, None)?
-        };
+        holes[a] = b.split_capped(outer, a as u32, 4, None, Some(MAX_VTHREAD))?;
     }
-    // Where level `l` (0 block, 1 thread, 2 inner) of axis `a` is after the splits.
-    let at = |a: usize, l: usize| (3 * a + l + usize::from(a == last && l > 0)) as u32;
-    let order = (0..ns)
-        .map(|a| at(a, 0))
-        .chain([at(last, 0) + 1])
-        .chain((1..3).flat_map(|l| (0..ns).map(move |a| at(a, l))))
+    b.cap_product(holes.iter().map(|&h| (h, 0)).collect(), MAX_VTHREAD);
+    let order = (0..4)
+        .flat_map(|l| (0..ns).map(move |a| (4 * a + l) as u32))
         .collect();
     b.fixed(Step::Reorder {
         stage: outer,
         order,
     })?;
     if ns > 1 {
-        b.fixed(Step::Fuse {
-            stage: outer,
-            iters: (0..ns as u32).collect(),
-        })?;
-        b.fixed(Step::Fuse {
-            stage: outer,
-            iters: (2..2 + ns as u32).collect(),
-        })?;
+        for level in 0..3u32 {
+            b.fixed(Step::Fuse {
+                stage: outer,
+                iters: (level..level + ns as u32).collect(),
+            })?;
+        }
     }
     for (iter, axis) in [
         (0, ThreadAxis::BlockX),
@@ -194,12 +183,8 @@ fn gpu_tile(
             annotation: Annotation::Bind(axis),
         })?;
     }
-    // The thread level: the first factor of each hole, the second of the last axis's.
-    let thread_factors: Vec<(usize, usize)> = holes
-        .iter()
-        .enumerate()
-        .map(|(a, &h)| (h, usize::from(a == last)))
-        .collect();
+    // The thread level: the second factor of each hole.
+    let thread_factors: Vec<(usize, usize)> = holes.iter().map(|&h| (h, 1)).collect();
     let compute = b.pos(ct)?;
     b.fixed(Step::ComputeAt {
         stage: compute,
