@@ -318,4 +318,38 @@ mod tests {
         unsafe { *b.as_mut_ptr().add(60) = 0 };
         assert!(!b.fences_intact());
     }
+
+    /// Data of 2 MiB or more starts on a huge-page boundary (whole pages of it exactly,
+    /// others within the page: their end is what touches the trailing fence), so that a
+    /// matrix of whole huge pages can be backed by them all, as a user's array from the
+    /// allocator is; the slack on either side still shows a write.
+    #[cfg(unix)]
+    #[test]
+    fn large_fenced_buffers_start_on_a_huge_page_boundary() {
+        let page = 4096;
+        for floats in [1i64 << 20, (1 << 19) + 3, 1 << 21] {
+            let mut b = AlignedBuffer::fenced(&[floats], DType::F32).expect("fenced");
+            let start = b.as_ptr() as usize;
+            assert!(start % (2 << 20) < page, "{floats}: starts at {start:#x}");
+            if floats % 1024 == 0 {
+                assert_eq!(start % (2 << 20), 0, "{floats}: whole pages start on it");
+            }
+            b.as_mut_slice::<f32>().expect("f32").fill(2.0);
+            assert!(b.fences_intact());
+            if floats % 16 != 0 {
+                // SAFETY: the end is not a multiple of 64 bytes: the bytes up to the next
+                // multiple are slack inside the mapping.
+                unsafe { *b.as_mut_ptr().add(floats as usize * 4) = 0 };
+                assert!(!b.fences_intact(), "{floats}: a write past the end shows");
+                let mut b = AlignedBuffer::fenced(&[floats], DType::F32).expect("fenced");
+                // SAFETY: the data does not start on a page, so the bytes before it down to
+                // the leading fence are slack inside the mapping.
+                unsafe { *b.as_mut_ptr().sub(1) = 0 };
+                assert!(
+                    !b.fences_intact(),
+                    "{floats}: a write before the start shows"
+                );
+            }
+        }
+    }
 }

@@ -10,6 +10,9 @@
 /// The byte the slack between data and fences holds.
 const CANARY: u8 = 0xA5;
 
+/// The size of a transparent huge page on x86-64 and most aarch64 kernels.
+const HUGE_PAGE: usize = 2 << 20;
+
 /// One fenced mapping: `[fence page][slack][data: bytes][slack < align][fence page]`.
 pub(super) struct Fenced {
     base: *mut u8,
@@ -36,21 +39,50 @@ impl Fenced {
         let padded = bytes.max(align).checked_next_multiple_of(align)?;
         let data_pages = padded.div_ceil(page);
         let map_len = data_pages.checked_add(2)?.checked_mul(page)?;
+        // Data of a huge page or more starts on a huge-page boundary: the kernel backs only
+        // whole aligned 2 MiB ranges of a mapping with huge pages, and at the address mmap
+        // picks, a 4 MiB matrix got one huge page and 2 MiB of small ones, a different half
+        // in every run, where the allocator behind a user's arrays gives it two.
+        let lead = if data_pages * page >= HUGE_PAGE {
+            HUGE_PAGE
+        } else {
+            0
+        };
+        let raw_len = map_len.checked_add(lead)?;
         // SAFETY: an anonymous private mapping at an address of the kernel's choosing.
-        let base = unsafe {
+        let raw = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
-                map_len,
+                raw_len,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
                 -1,
                 0,
             )
         };
-        if base == libc::MAP_FAILED {
+        if raw == libc::MAP_FAILED {
             return None;
         }
-        let base = base as *mut u8;
+        let raw = raw as *mut u8;
+        // The fence page just before a huge-page boundary; what is left of the over-mapping
+        // on either side is given back.
+        let skip = if lead == 0 {
+            0
+        } else {
+            (HUGE_PAGE - (raw as usize + page) % HUGE_PAGE) % HUGE_PAGE
+        };
+        // SAFETY: the two ranges unmapped lie inside the mapping just made, outside the
+        // `map_len` bytes from `raw + skip` that are kept.
+        unsafe {
+            if skip > 0 {
+                libc::munmap(raw as *mut libc::c_void, skip);
+            }
+            if lead > skip {
+                libc::munmap(raw.add(skip + map_len) as *mut libc::c_void, lead - skip);
+            }
+        }
+        // SAFETY: `skip` is below `lead`, inside the mapping.
+        let base = unsafe { raw.add(skip) };
         let data_off = page + data_pages * page - padded;
         let f = Fenced {
             base,
