@@ -40,9 +40,9 @@ impl Fenced {
         let data_pages = padded.div_ceil(page);
         let map_len = data_pages.checked_add(2)?.checked_mul(page)?;
         // Data of a huge page or more starts on a huge-page boundary: the kernel backs only
-        // whole aligned 2 MiB ranges of a mapping with huge pages, and at the address mmap
-        // picks, a 4 MiB matrix got one huge page and 2 MiB of small ones, a different half
-        // in every run, where the allocator behind a user's arrays gives it two.
+        // whole aligned ranges of a mapping with huge pages, so at the address mmap picks a
+        // buffer of whole huge pages loses one of them to small pages (a different one each
+        // run), while the allocator behind a user's arrays gives it all of them.
         let lead = if data_pages * page >= HUGE_PAGE {
             HUGE_PAGE
         } else {

@@ -195,7 +195,9 @@ impl Sketch {
     /// True if `decisions` keep every [`ProductCap`] of the sketch (a factor a decision does
     /// not have counts as 1).
     pub fn within_caps(&self, decisions: &[Vec<i64>]) -> bool {
-        self.caps.iter().all(|c| cap_product(c, decisions) <= c.max)
+        self.caps
+            .iter()
+            .all(|c| product_of(decisions, &c.factors) <= c.max)
     }
 
     /// Brings `decisions` within every [`ProductCap`]: while a product is over its bound, one
@@ -204,7 +206,7 @@ impl Sketch {
     /// decision), which keeps a perfect tiling perfect.
     pub fn clamp_to_caps(&self, decisions: &mut [Vec<i64>], mut pick: impl FnMut(usize) -> usize) {
         for c in &self.caps {
-            while cap_product(c, decisions) > c.max.max(1) {
+            while product_of(decisions, &c.factors) > c.max.max(1) {
                 let over: Vec<(usize, usize)> = c
                     .factors
                     .iter()
@@ -264,11 +266,6 @@ fn product_of(decisions: &[Vec<i64>], factors: &[(usize, usize)]) -> i64 {
                 .unwrap_or(1)
         })
         .fold(1i64, |a, f| a.saturating_mul(f.max(1)))
-}
-
-/// The product of a cap's factors in `decisions`.
-fn cap_product(c: &ProductCap, decisions: &[Vec<i64>]) -> i64 {
-    product_of(decisions, &c.factors)
 }
 
 /// Applies one sketch step with its holes filled from `decisions` (which fit the sketch).
