@@ -71,6 +71,11 @@ pub(super) struct Gen<'ctx, 'f> {
     /// Value of each bound loop variable, by var id: an i64, or `<lanes x i64>` for the
     /// vectorized variable.
     pub vars: Vec<Option<BasicValueEnum<'ctx>>>,
+    /// Per var id, when it was last bound (a count of bindings): loops entered later, deeper
+    /// in the nest, have larger numbers (see [`Gen::index`]).
+    pub var_bound_at: Vec<u64>,
+    /// Bindings so far.
+    bindings: u64,
     pub vec: Option<VecCtx<'ctx>>,
     /// Emitting an outlined parallel body: nested parallel loops run serially.
     pub in_parallel: bool,
@@ -182,6 +187,8 @@ pub(super) fn emit_kernel<'ctx>(
         },
         bufs: vec![None; func.buffers.len()],
         vars: vec![None; func.num_vars as usize],
+        var_bound_at: vec![0; func.num_vars as usize],
+        bindings: 0,
         vec: None,
         in_parallel: false,
         outlined: 0,
@@ -329,7 +336,14 @@ impl<'ctx> Gen<'ctx, '_> {
         if i >= self.vars.len() {
             self.vars.resize(i + 1, None);
         }
+        if i >= self.var_bound_at.len() {
+            self.var_bound_at.resize(i + 1, 0);
+        }
         self.vars[i] = val;
+        if val.is_some() {
+            self.bindings += 1;
+            self.var_bound_at[i] = self.bindings;
+        }
     }
 
     pub(super) fn new_block(&self, name: &str) -> BasicBlock<'ctx> {
@@ -405,11 +419,19 @@ impl<'ctx> Gen<'ctx, '_> {
     /// a constant it can see; in the second form it cannot, so the accumulators of a register
     /// tile with a reduction loop outside it (conv2d's `ry`, `rx`) stayed in memory, loaded
     /// and stored around every FMA, instead of being kept in registers.
+    ///
+    /// The other terms are added in the order their loops were entered, the outermost first,
+    /// for the same reason: a rolled loop that LLVM's unroller copies out becomes a constant
+    /// only after this, and in `((i.1*8192 + i.2*1024) + j.0*64) + j.1*32` an unrolled `i.2`
+    /// leaves its constant in the middle of the sum again, where
+    /// `((j.0*64 + j.1*32 + i.1*8192) + i.2*1024)` leaves it last.
     pub(super) fn index(&mut self, index: &Expr) -> Res<IntValue<'ctx>> {
         let not_int =
             || CodegenError::InvalidIr(format!("index `{index}` is not a scalar integer"));
         let mut terms = Vec::new();
         sum_terms(index, &mut terms);
+        // A stable sort: terms of the same loops keep the order lowering gave them.
+        terms.sort_by_key(|t| self.innermost_binding(t));
         let mut variable: Option<IntValue<'ctx>> = None;
         let mut constant: Option<IntValue<'ctx>> = None;
         for t in terms {
@@ -442,6 +464,17 @@ impl<'ctx> Gen<'ctx, '_> {
         } else {
             Ok(self.b.build_int_s_extend(i, self.cx.i64_type(), "idx")?)
         }
+    }
+
+    /// When the innermost loop variable `e` uses was bound (0: it uses none).
+    fn innermost_binding(&self, e: &Expr) -> u64 {
+        let mut at = 0;
+        e.visit(&mut |x| {
+            if let Expr::Var(v) = x {
+                at = at.max(self.var_bound_at.get(v.id as usize).copied().unwrap_or(0));
+            }
+        });
+        at
     }
 
     fn for_loop(&mut self, var: &Var, extent: i64, kind: ForKind, body: &Stmt) -> Res<()> {
