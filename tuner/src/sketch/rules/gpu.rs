@@ -35,6 +35,7 @@ use crate::sketch::{ChoiceKind, SketchStep};
 use tensortune_schedules::gpu::verify::{GpuUsage, MAX_VTHREAD};
 use tensortune_schedules::ir::{Scope, ThreadAxis};
 use tensortune_schedules::schedule::IterKind;
+use tensortune_schedules::target::STATIC_SHARED_PER_BLOCK;
 use tensortune_schedules::te::OpKind;
 use tensortune_schedules::trace::{Annotation, Step};
 use tensortune_schedules::TensorId;
@@ -44,6 +45,14 @@ pub const GPU_UNROLL_STEPS: [i64; 5] = [0, 16, 64, 512, 1024];
 
 /// Most threads a rule puts in one block.
 pub const MAX_THREADS: i64 = 1024;
+
+/// Most outputs one thread accumulates (its virtual threads' tiles together). The
+/// accumulator is a local array; NVPTX keeps it in registers only when LLVM unrolls every
+/// loop over it, and a larger one lives in local memory, loaded and stored around each FMA.
+/// Drawn unbounded, 116 of the 132 matmul 1024³ candidates the verifier passed had theirs
+/// in local memory (`__local_depot` in the PTX); of tiles of at most 64, 16 of 17 were in
+/// registers, of 128 none (docs/measurements.md, "Per-thread tiles in registers").
+pub const MAX_THREAD_TILE: i64 = 64;
 
 /// Inlines injective stages that are not outputs.
 pub struct GpuInline;
@@ -143,7 +152,7 @@ fn gpu_tile(
         });
         if let Ok(copy) = step {
             b = trial;
-            shared.push((copy, cx.dag.op(x).dtype));
+            shared.push((copy, cx.dag.op(x).dtype, x));
         }
     }
     // The outer stage: every axis split block, vthread, thread, inner (i j -> i.0 i.1 i.2
@@ -157,6 +166,12 @@ fn gpu_tile(
         holes[a] = b.split_capped(outer, a as u32, 4, None, Some(MAX_VTHREAD))?;
     }
     b.cap_product(holes.iter().map(|&h| (h, 0)).collect(), MAX_VTHREAD);
+    // A thread's accumulators: its virtual threads times its inner tile, over every axis.
+    b.cap_product(
+        holes.iter().flat_map(|&h| [(h, 0), (h, 2)]).collect(),
+        MAX_THREAD_TILE,
+    );
+    b.cap_product(holes.iter().map(|&h| (h, 1)).collect(), MAX_THREADS);
     let order = (0..4)
         .flat_map(|l| (0..ns).map(move |a| (4 * a + l) as u32))
         .collect();
@@ -183,6 +198,17 @@ fn gpu_tile(
             annotation: Annotation::Bind(axis),
         })?;
     }
+    // A thread's own tile of the outer stage (the copy out of its accumulators, or the
+    // fused consumer) is unrolled whole: a rolled loop reading the accumulator array with a
+    // variable index keeps that array in local memory even where the accumulating loops are
+    // unrolled (docs/measurements.md, "Per-thread tiles in registers").
+    for iter in 3..3 + ns as u32 {
+        b.fixed(Step::Annotate {
+            stage: outer,
+            iter,
+            annotation: Annotation::Unroll,
+        })?;
+    }
     // The thread level: the second factor of each hole.
     let thread_factors: Vec<(usize, usize)> = holes.iter().map(|&h| (h, 1)).collect();
     let compute = b.pos(ct)?;
@@ -194,9 +220,11 @@ fn gpu_tile(
     // The accumulator: its region's ns loops, then the reduce axes, each split in two and
     // the outer halves first: r.0 ... r.1 ... spatial.
     let nr = cx.dag.info(t).reduce_axes.len();
+    let mut reduce_holes = vec![0; nr];
     for r in (0..nr).rev() {
-        b.split(compute, (ns + r) as u32, 2, None)?;
+        reduce_holes[r] = b.split(compute, (ns + r) as u32, 2, None)?;
     }
+    shared_caps(cx, &mut b, t, &shared, &holes, &reduce_holes);
     let order = (0..nr)
         .map(|r| (ns + 2 * r) as u32)
         .chain((0..nr).map(|r| (ns + 2 * r + 1) as u32))
@@ -206,7 +234,16 @@ fn gpu_tile(
         stage: compute,
         order,
     })?;
-    for (copy, dtype) in shared {
+    // The accumulating loops over the thread's tile, unrolled whatever the unroll hole
+    // draws, for the same reason as the outer stage's.
+    for iter in 2 * nr..2 * nr + ns {
+        b.fixed(Step::Annotate {
+            stage: compute,
+            iter: iter as u32,
+            annotation: Annotation::Unroll,
+        })?;
+    }
+    for (copy, dtype, _) in shared {
         let p = b.pos(copy)?;
         let target = b.pos(ct)?;
         b.fixed(Step::ComputeAt {
@@ -223,6 +260,56 @@ fn gpu_tile(
     }
     unroll(&mut b, ct);
     Ok(b)
+}
+
+/// Bounds each shared copy's tile by its share of the block's shared memory: the product of
+/// the block's extents (virtual threads x threads x inner) along the output axes its index
+/// uses and of the reduction step along the reduce axes it uses, at most an equal share of
+/// [`STATIC_SHARED_PER_BLOCK`] in elements. Drawn unbounded, most draws of large shapes were
+/// over the 48 KiB (268 of 400 of matmul 1024³) and only the verifier caught them. A
+/// window's halo (conv2d's `y + ry`) is not counted, so the verifier still has the last
+/// word.
+fn shared_caps(
+    cx: &RuleContext,
+    b: &mut SketchBuilder,
+    t: TensorId,
+    shared: &[(TensorId, tensortune_schedules::DType, TensorId)],
+    holes: &[usize],
+    reduce_holes: &[usize],
+) {
+    let OpKind::Compute { axes, body } = &cx.dag.op(t).kind else {
+        return;
+    };
+    let reduce = &cx.dag.info(t).reduce_axes;
+    let share = STATIC_SHARED_PER_BLOCK / shared.len().max(1) as u64;
+    for &(_, dtype, input) in shared {
+        let uses = |id: u32| {
+            let mut found = false;
+            body.visit(&mut |e| {
+                if let tensortune_schedules::Expr::Load {
+                    tensor, indices, ..
+                } = e
+                {
+                    found |= *tensor == input && indices.iter().any(|i| i.uses_var(id));
+                }
+            });
+            found
+        };
+        let mut factors = Vec::new();
+        for (a, &h) in holes.iter().enumerate() {
+            if axes.get(a).is_some_and(|ax| uses(ax.var.id)) {
+                factors.extend([(h, 0), (h, 1), (h, 2)]);
+            }
+        }
+        for (r, &h) in reduce_holes.iter().enumerate() {
+            if reduce.get(r).is_some_and(|ax| uses(ax.var.id)) {
+                factors.push((h, 0));
+            }
+        }
+        if !factors.is_empty() {
+            b.cap_product(factors, (share / dtype.bytes().max(1) as u64) as i64);
+        }
+    }
 }
 
 /// The lanes a thread's share of a cooperative fetch may have: 1, 2 and 4 elements, up to
