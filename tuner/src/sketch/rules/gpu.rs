@@ -11,7 +11,8 @@
 //!   threads in all (one [`ProductCap`](crate::sketch::ProductCap) over the axes' factors,
 //!   so that no draw or mutation is spent on a loop the GPU verifier rejects); the next of
 //!   every axis fused and bound to `threadIdx.x`; the last the tile of outputs one thread
-//!   computes per virtual thread. With virtual threads a thread's tiles lie `threads x
+//!   computes per virtual thread, at most [`MAX_THREAD_TILE`] outputs per thread in all and
+//!   unrolled, so that its accumulators stay in registers. With virtual threads a thread's tiles lie `threads x
 //!   inner` apart along each axis, so that neighbouring threads read neighbouring words of
 //!   the shared copies (no bank conflicts) and store neighbouring outputs; lowering runs
 //!   what the virtual threads share once (`tensortune_schedules::lower`). The
@@ -20,7 +21,8 @@
 //!   of the reduction for the whole block), fetched by all the block's threads together: the
 //!   copy's loops fused and split by the thread count and by 1, 2 or 4 vector lanes (a
 //!   hole), so that a thread moves up to 16 consecutive bytes with one load and one store
-//!   ([`SketchStep::CooperativeFetch`]).
+//!   ([`SketchStep::CooperativeFetch`]); each copy's tile is drawn within its share of the
+//!   block's shared memory.
 //! - [`AutoBind`]: any other stage: computed inside its single consumer's thread loop when it
 //!   has one, else its spatial loops fused, split by a thread count and bound to
 //!   `blockIdx.x` / `threadIdx.x`; its reduction (if any) runs serially in each thread.
