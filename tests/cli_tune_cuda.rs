@@ -100,6 +100,17 @@ fn dry_run_verifies_compiles_and_simulates_gpu_candidates() {
         assert_eq!(j["simulated_wrong"], 0, "{j}");
         if let Some(n) = j["assembled"].as_u64() {
             assert_eq!(n, ptx, "ptxas refused some: {j}");
+            // ptxas's resource lines were read for every kernel it assembled. (At shapes
+            // this small a draw may unroll the whole reduction, fetches and barriers
+            // included, and spill a few registers: the large shapes' test in gpu_verify.rs
+            // is where local memory must not appear.)
+            assert!(j["local_memory"].as_u64().is_some_and(|l| l <= n), "{j}");
+            let regs = &j["registers"];
+            let (lo, hi) = (regs[0].as_u64(), regs[2].as_u64());
+            assert!(
+                lo.is_some_and(|lo| lo > 0) && hi.is_some_and(|hi| hi <= 255),
+                "{j}"
+            );
         } else {
             eprintln!("no ptxas: PTX not assembled");
         }

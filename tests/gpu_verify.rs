@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 use std::process::Command;
-use tensortune::codegen::nvptx::emit_ptx;
+use tensortune::codegen::nvptx::{emit_ptx, PtxasResources};
 use tensortune_schedules::expr::{BinOp, BufId};
 use tensortune_schedules::gpu::verify::{verify_gpu, GpuUsage};
 use tensortune_schedules::ir::{
@@ -28,27 +28,8 @@ fn find_ptxas() -> Option<PathBuf> {
     tensortune::codegen::nvptx::find_ptxas()
 }
 
-/// What `ptxas -v` says of one kernel.
-#[derive(Debug, Default)]
-struct PtxasInfo {
-    registers: u32,
-    smem: u64,
-    /// Bytes of local memory a thread's frame takes, and of register spills to it.
-    stack: u64,
-    spill_stores: u64,
-}
-
-/// The number just before `unit` in `line` ("Used 12 registers", "1024 bytes smem").
-fn number_before(line: &str, unit: &str) -> Option<u64> {
-    let head = &line[..line.find(unit)?];
-    head.split(|c: char| !c.is_ascii_digit())
-        .rfind(|w| !w.is_empty())?
-        .parse()
-        .ok()
-}
-
 /// Assembles `ptx` with `ptxas -arch=sm_90 -v` and reads the resource lines of its stderr.
-fn ptxas_info(ptxas: &PathBuf, ptx: &str, what: &str) -> PtxasInfo {
+fn ptxas_info(ptxas: &PathBuf, ptx: &str, what: &str) -> PtxasResources {
     let dir = tempfile::tempdir().expect("temp dir");
     let file = dir.path().join(format!("{what}.ptx"));
     std::fs::write(&file, ptx).expect("write PTX");
@@ -62,27 +43,11 @@ fn ptxas_info(ptxas: &PathBuf, ptx: &str, what: &str) -> PtxasInfo {
         .unwrap_or_else(|e| panic!("{}: {e}", ptxas.display()));
     let log = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "ptxas rejected {what}:\n{log}\n{ptx}");
-    let mut info = PtxasInfo::default();
-    let mut used = false;
-    // "ptxas info    : Used 10 registers, used 0 barriers, 1024 bytes smem, 368 bytes cmem[0]"
-    // (the smem part is absent when the kernel has none).
-    // "ptxas info    : Function properties for kernel\n    0 bytes stack frame, 0 bytes
-    // spill stores, 0 bytes spill loads"
-    for line in log.lines().filter(|l| l.contains("bytes stack frame")) {
-        info.stack = number_before(line, " bytes stack frame").unwrap_or(0);
-        info.spill_stores = number_before(line, " bytes spill stores").unwrap_or(0);
-    }
-    for line in log.lines().filter(|l| l.contains("Used ")) {
-        used = true;
-        let regs = number_before(line, " registers").unwrap_or_else(|| panic!("{line}"));
-        info.registers = regs as u32;
-        info.smem = number_before(line, " bytes smem").unwrap_or(0);
-    }
     assert!(
-        used,
+        log.contains("Used "),
         "no `Used N registers` line from ptxas for {what}:\n{log}"
     );
-    info
+    PtxasResources::parse(&log)
 }
 
 fn f_buffer(name: &str, dtype: DType, len: i64, kind: BufKind, scope: Scope) -> BufferDecl {
@@ -311,7 +276,7 @@ fn shared_memory_and_registers_agree_with_ptxas() {
         let info = ptxas_info(&ptxas, &ptx, &f.name);
         eprintln!("{}: {info:?}, verifier {usage:?}", f.name);
         assert_eq!(
-            info.smem, usage.shared_bytes,
+            info.shared_bytes, usage.shared_bytes,
             "{}: ptxas and the verifier disagree on shared memory\n{f}",
             f.name
         );
@@ -423,13 +388,13 @@ fn sampled_gpu_candidates_of_every_op_assemble_as_verified() {
             };
             let ptx = step(emit_ptx(&f, ARCH), spec);
             let info = ptxas_info(&ptxas, &ptx, "candidate");
-            if info.smem != usage.shared_bytes {
+            if info.shared_bytes != usage.shared_bytes {
                 for l in ptx.lines().filter(|l| l.contains(".shared")) {
                     eprintln!("{l}");
                 }
             }
             assert_eq!(
-                info.smem, usage.shared_bytes,
+                info.shared_bytes, usage.shared_bytes,
                 "{spec}: ptxas and the verifier disagree on shared memory\n{f}"
             );
             assert!(
@@ -489,7 +454,7 @@ fn tiled_candidates_of_large_shapes_verify_and_accumulate_in_registers() {
             if let Some(ptxas) = &ptxas {
                 let info = ptxas_info(ptxas, &ptx, "large");
                 assert!(
-                    info.stack == 0 && info.spill_stores == 0,
+                    !info.uses_local_memory(),
                     "{spec}: decisions {dec:?}: {info:?}"
                 );
             }

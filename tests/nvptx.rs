@@ -560,3 +560,30 @@ fn a_contiguous_aligned_vectorized_copy_is_one_wide_load_and_store() {
     assert!(global_loads.iter().all(|l| !l.contains(".v")), "{scalar}");
     assemble(&scalar, "scalar_fetch");
 }
+
+/// `ptxas -v`'s resource lines, as the dry run and the tests read them.
+#[test]
+fn ptxas_resource_lines_are_read() {
+    use tensortune::codegen::nvptx::PtxasResources;
+    let log = "ptxas info    : Compiling entry function 'kernel' for 'sm_90'\n\
+               ptxas info    : Function properties for kernel\n\
+               \x20   120 bytes stack frame, 172 bytes spill stores, 172 bytes spill loads\n\
+               ptxas info    : Used 255 registers, used 1 barriers, 5504 bytes smem\n";
+    let r = PtxasResources::parse(log);
+    assert_eq!(
+        r,
+        PtxasResources {
+            registers: 255,
+            shared_bytes: 5504,
+            stack_bytes: 120,
+            spill_store_bytes: 172,
+        }
+    );
+    assert!(r.uses_local_memory());
+    let clean = PtxasResources::parse(
+        "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n\
+         ptxas info    : Used 40 registers, used 1 barriers, 368 bytes cmem[0]\n",
+    );
+    assert_eq!((clean.registers, clean.shared_bytes), (40, 0));
+    assert!(!clean.uses_local_memory());
+}

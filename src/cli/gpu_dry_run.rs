@@ -8,6 +8,7 @@ use super::tune::TuneArgs;
 use super::CliError;
 use crate::backend::cuda::{CudaBackend, GpuDevice, GpuTimingOptions, LockstepDevice};
 use crate::backend::{Backend, Purpose};
+use crate::codegen::nvptx::PtxasResources;
 use crate::measure::reference::{random_inputs, OutputView, Reference};
 use crate::measure::MeasureOptions;
 use rand::SeedableRng;
@@ -40,6 +41,11 @@ struct DryRunReport {
     assembled: Option<usize>,
     /// ptxas errors (the first few).
     ptxas_errors: Vec<String>,
+    /// Of those assembled, how many keep something in local memory: a stack frame or
+    /// register spills (`ptxas -v`), which a thread's accumulators must not need.
+    local_memory: Option<usize>,
+    /// Registers per thread of the assembled kernels: the least, the median, the most.
+    registers: Option<[u32; 3]>,
     /// Ran in the lockstep interpreter and matched the reference.
     simulated_right: usize,
     /// Ran in the interpreter and did not (wrong, a race, a divergent barrier).
@@ -62,8 +68,9 @@ impl DryRunReport {
     }
 }
 
-/// Assembles `ptx` for `arch`; the first line of ptxas's complaint when it refuses.
-fn assemble(ptxas: &Path, ptx: &str, arch: &str) -> Result<(), String> {
+/// Assembles `ptx` for `arch` with `-v`; the kernel's resources, or the first line of
+/// ptxas's complaint when it refuses.
+fn assemble(ptxas: &Path, ptx: &str, arch: &str) -> Result<PtxasResources, String> {
     use std::sync::atomic::{AtomicU64, Ordering};
     static NEXT: AtomicU64 = AtomicU64::new(0);
     // A folder of this process's own (pid and a counter), removed afterwards.
@@ -79,6 +86,7 @@ fn assemble(ptxas: &Path, ptx: &str, arch: &str) -> Result<(), String> {
         .and_then(|()| {
             Command::new(ptxas)
                 .arg(format!("-arch={arch}"))
+                .arg("-v")
                 .arg("-o")
                 .arg(dir.join("k.cubin"))
                 .arg(&src)
@@ -87,10 +95,10 @@ fn assemble(ptxas: &Path, ptx: &str, arch: &str) -> Result<(), String> {
         });
     let _ = std::fs::remove_dir_all(&dir);
     let out = result?;
-    if out.status.success() {
-        return Ok(());
-    }
     let log = String::from_utf8_lossy(&out.stderr);
+    if out.status.success() {
+        return Ok(PtxasResources::parse(&log));
+    }
     Err(log.lines().next().unwrap_or("ptxas failed").to_string())
 }
 
@@ -112,9 +120,12 @@ pub(crate) fn dry_run(
             writeln!(out, "{j}").map_err(io)?;
             continue;
         }
-        let assembled = match r.assembled {
-            Some(n) => format!(", {n} assembled by ptxas"),
-            None => ", no ptxas to assemble with".to_string(),
+        let assembled = match (r.assembled, r.local_memory, r.registers) {
+            (Some(n), Some(l), Some([lo, mid, hi])) => format!(
+                ", {n} assembled by ptxas ({lo}/{mid}/{hi} registers least/median/most, {l} with local memory)"
+            ),
+            (Some(n), _, _) => format!(", {n} assembled by ptxas"),
+            (None, _, _) => ", no ptxas to assemble with".to_string(),
         };
         let simulated = match &r.not_simulated {
             Some(why) => format!("not simulated ({why})"),
@@ -201,7 +212,17 @@ fn dry_run_one(
             .par_iter()
             .map(|a| assemble(ptxas, &a.ptx, backend.arch()))
             .collect();
-        r.assembled = Some(results.iter().filter(|x| x.is_ok()).count());
+        let assembled: Vec<PtxasResources> =
+            results.iter().filter_map(|x| x.clone().ok()).collect();
+        r.assembled = Some(assembled.len());
+        r.local_memory = Some(assembled.iter().filter(|a| a.uses_local_memory()).count());
+        let mut regs: Vec<u32> = assembled.iter().map(|a| a.registers).collect();
+        regs.sort_unstable();
+        if let (Some(&lo), Some(&mid), Some(&hi)) =
+            (regs.first(), regs.get(regs.len() / 2), regs.last())
+        {
+            r.registers = Some([lo, mid, hi]);
+        }
         r.ptxas_errors = results
             .into_iter()
             .filter_map(Result::err)

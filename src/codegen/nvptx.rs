@@ -481,6 +481,19 @@ impl<'ctx> PtxGen<'ctx, '_> {
             .call_intrinsic(&reg, &[], &[])?
             .ok_or_else(|| CodegenError::Llvm(format!("{reg} returned nothing")))?;
         let idx = int(idx)?;
+        // The register is below the launch's extent on this axis: said to LLVM, a block of
+        // one thread's `tid.x` folds to 0, so an accumulator indexed by it stays an array of
+        // registers (a variable index keeps it in local memory).
+        let launch = self.dims.extent(axis) as u64;
+        if let Some(call) = idx.as_instruction() {
+            let i32t = self.cx.i32_type();
+            let range = self.cx.metadata_node(&[
+                i32t.const_zero().into(),
+                i32t.const_int(launch.max(1), false).into(),
+            ]);
+            call.set_metadata(range, self.cx.get_kind_id("range"))
+                .map_err(|e| CodegenError::Llvm(e.to_string()))?;
+        }
         // The registers are below 2^31 and non-negative.
         let idx = self
             .b
@@ -1291,6 +1304,56 @@ fn constant(cx: &Context, c: Const) -> V<'_> {
         Const::F32(v) => cx.f32_type().const_float(v as f64).into(),
         Const::F64(v) => cx.f64_type().const_float(v).into(),
     }
+}
+
+/// What `ptxas -v` says of one kernel's resources.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PtxasResources {
+    /// Registers per thread ("Used 40 registers").
+    pub registers: u32,
+    /// Static shared memory, bytes ("4096 bytes smem"; 0 when the line has none).
+    pub shared_bytes: u64,
+    /// A thread's stack frame, bytes ("0 bytes stack frame").
+    pub stack_bytes: u64,
+    /// Register spills to local memory, bytes stored ("0 bytes spill stores").
+    pub spill_store_bytes: u64,
+}
+
+impl PtxasResources {
+    /// Reads the resource lines of `ptxas -v`'s log (of one kernel); what the log lacks
+    /// stays 0.
+    pub fn parse(log: &str) -> PtxasResources {
+        let mut r = PtxasResources::default();
+        for line in log.lines() {
+            if let Some(n) = number_before(line, " bytes stack frame") {
+                r.stack_bytes = n;
+            }
+            if let Some(n) = number_before(line, " bytes spill stores") {
+                r.spill_store_bytes = n;
+            }
+            if line.contains("Used ") {
+                if let Some(n) = number_before(line, " registers") {
+                    r.registers = u32::try_from(n).unwrap_or(u32::MAX);
+                }
+                r.shared_bytes = number_before(line, " bytes smem").unwrap_or(0);
+            }
+        }
+        r
+    }
+
+    /// Whether the kernel keeps anything in local memory: a stack frame or spills.
+    pub fn uses_local_memory(&self) -> bool {
+        self.stack_bytes > 0 || self.spill_store_bytes > 0
+    }
+}
+
+/// The number just before `unit` in `line` ("Used 12 registers": 12).
+fn number_before(line: &str, unit: &str) -> Option<u64> {
+    let head = &line[..line.find(unit)?];
+    head.split(|c: char| !c.is_ascii_digit())
+        .rfind(|w| !w.is_empty())?
+        .parse()
+        .ok()
 }
 
 /// A `ptxas` to assemble PTX with (checks and the dry run; code generation does not need one):
