@@ -256,3 +256,63 @@ fn virtual_threads_span_every_axis_within_one_bound() {
         assert!(products.contains(&8), "{spec}: {products:?}");
     }
 }
+
+/// Matmul and dense get a second tiling whose shared copies of the operands indexed by the
+/// reduction last (A[i, k] of matmul; both X[i, k] and W[j, k] of dense) are stored
+/// reduction-first, so that a thread's tile reads consecutive words at each reduction step;
+/// a copy indexed otherwise (B[k, j]) is as it was. Both tilings take the same decisions.
+#[test]
+fn a_reduction_major_tiling_transposes_only_the_reduction_last_shared_copies() {
+    let opts = TuneOptions::default();
+    for (spec, transposed, kept) in [
+        (
+            "matmul:M=64,N=48,K=40",
+            &["A.shared"][..],
+            &["B.shared"][..],
+        ),
+        (
+            "dense_bias_relu:M=64,N=80,K=48",
+            &["X.shared", "W.shared"][..],
+            &[][..],
+        ),
+    ] {
+        let d = dag(spec);
+        let sketches = generate_for(&d, &opts, &sm90(), &gpu_rules());
+        let names: Vec<&str> = sketches.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names.len(), 2, "{spec}: {names:?}");
+        assert!(names[1].contains("+kmajor"), "{spec}: {names:?}");
+        let mut rng = ChaCha8Rng::seed_from_u64(9);
+        for _ in 0..20 {
+            let dec = sample(&sketches[0], &mut rng, &opts);
+            let lowered: Vec<LoweredFunc> = (0..2)
+                .map(|i| {
+                    lower(&sketches[i].instantiate(&d, &dec).expect("instantiate")).expect("lower")
+                })
+                .collect();
+            let shape = |f: &LoweredFunc, name: &str| {
+                f.buffers
+                    .iter()
+                    .find(|b| b.name == name)
+                    .unwrap_or_else(|| panic!("{spec}: no {name} in\n{f}"))
+                    .shape
+                    .clone()
+            };
+            for &name in transposed {
+                let mut reversed = shape(&lowered[0], name);
+                reversed.reverse();
+                assert_eq!(
+                    shape(&lowered[1], name),
+                    reversed,
+                    "{spec}: {name} with {dec:?}"
+                );
+            }
+            for &name in kept {
+                assert_eq!(
+                    shape(&lowered[1], name),
+                    shape(&lowered[0], name),
+                    "{spec}: {name} with {dec:?}"
+                );
+            }
+        }
+    }
+}

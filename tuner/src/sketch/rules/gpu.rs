@@ -22,7 +22,8 @@
 //!   copy's loops fused and split by the thread count and by 1, 2 or 4 vector lanes (a
 //!   hole), so that a thread moves up to 16 consecutive bytes with one load and one store
 //!   ([`SketchStep::CooperativeFetch`]); each copy's tile is drawn within its share of the
-//!   block's shared memory.
+//!   block's shared memory. A second variant (`+kmajor`) stores the copies of operands
+//!   indexed by the reduction last reduction-first (see [`reduction_major`]).
 //! - [`AutoBind`]: any other stage: computed inside its single consumer's thread loop when it
 //!   has one, else its spatial loops fused, split by a thread count and bound to
 //!   `blockIdx.x` / `threadIdx.x`; its reduction (if any) runs serially in each thread.
@@ -105,8 +106,77 @@ impl SketchRule for GpuTiling {
         } else {
             "gpu-tile"
         };
-        vec![(name.to_string(), gpu_tile(cx, b, t, fused))]
+        let mut v = vec![(name.to_string(), gpu_tile(cx, b, t, fused, false))];
+        if reads(cx, t)
+            .iter()
+            .any(|&x| reduction_major(cx, t, x).is_some())
+        {
+            v.push((format!("{name}+kmajor"), gpu_tile(cx, b, t, fused, true)));
+        }
+        v
     }
+}
+
+/// The tensors `t` reads, in first-use order.
+fn reads(cx: &RuleContext, t: TensorId) -> Vec<TensorId> {
+    let mut read: Vec<TensorId> = Vec::new();
+    if let OpKind::Compute { body, .. } = &cx.dag.op(t).kind {
+        body.visit(&mut |e| {
+            if let tensortune_schedules::Expr::Load { tensor, .. } = e {
+                if !read.contains(tensor) {
+                    read.push(*tensor);
+                }
+            }
+        });
+    }
+    read
+}
+
+/// For an input `x` of `t` indexed by plain variables, its last index a reduce axis and an
+/// earlier one an output axis (A[i, k] of matmul, W[j, k] of dense): the storage order that
+/// puts its reduce axes first. Stored so in shared memory, the values a thread's tile reads
+/// at one reduction step (A[i..i+8, k]) are consecutive words, a few wide shared loads
+/// rather than one per value; the fetch then stores across the copy (the trade the
+/// `+kmajor` sketch lets the search weigh).
+fn reduction_major(cx: &RuleContext, t: TensorId, x: TensorId) -> Option<Vec<u32>> {
+    let OpKind::Compute { axes, body } = &cx.dag.op(t).kind else {
+        return None;
+    };
+    let reduce: Vec<u32> = cx
+        .dag
+        .info(t)
+        .reduce_axes
+        .iter()
+        .map(|a| a.var.id)
+        .collect();
+    let spatial: Vec<u32> = axes.iter().map(|a| a.var.id).collect();
+    let mut found: Option<Vec<u32>> = None;
+    body.visit(&mut |e| {
+        if let tensortune_schedules::Expr::Load {
+            tensor, indices, ..
+        } = e
+        {
+            if *tensor != x || found.is_some() {
+                return;
+            }
+            let vars: Option<Vec<u32>> = indices
+                .iter()
+                .map(|i| match i {
+                    tensortune_schedules::Expr::Var(v) => Some(v.id),
+                    _ => None,
+                })
+                .collect();
+            let Some(vars) = vars else { return };
+            let last_reduces = vars.last().is_some_and(|v| reduce.contains(v));
+            let spatial_before = vars.iter().any(|v| spatial.contains(v));
+            if last_reduces && spatial_before {
+                let (r, o): (Vec<u32>, Vec<u32>) =
+                    (0..vars.len() as u32).partition(|&d| reduce.contains(&vars[d as usize]));
+                found = Some(r.into_iter().chain(o).collect());
+            }
+        }
+    });
+    found
 }
 
 fn gpu_tile(
@@ -114,6 +184,7 @@ fn gpu_tile(
     b: &SketchBuilder,
     t: TensorId,
     consumer: Option<TensorId>,
+    k_major: bool,
 ) -> Result<SketchBuilder, RuleError> {
     let mut b = b.clone();
     let (ct, ot) = match consumer {
@@ -130,19 +201,10 @@ fn gpu_tile(
     // Inputs read by the accumulator, each through a shared copy where the schedule allows
     // one (a read through an inlined stage does not: the copy would need the inlined
     // stage's reader).
-    let mut read: Vec<TensorId> = Vec::new();
-    if let OpKind::Compute { body, .. } = &cx.dag.op(t).kind {
-        body.visit(&mut |e| {
-            if let tensortune_schedules::Expr::Load { tensor, .. } = e {
-                if !read.contains(tensor) {
-                    read.push(*tensor);
-                }
-            }
-        });
-    }
     let mut shared = Vec::new();
-    for x in read {
+    for x in reads(cx, t) {
         let mut trial = b.clone();
+        let order = reduction_major(cx, t, x).filter(|_| k_major);
         let step = trial.pos(x).and_then(|xp| {
             let readers = vec![trial.pos(ct)?];
             trial.fixed(Step::CacheRead {
@@ -150,6 +212,12 @@ fn gpu_tile(
                 scope: Scope::Shared,
                 readers,
             })?;
+            if let Some(order) = order {
+                trial.fixed(Step::ReorderStorage {
+                    stage: xp + 1,
+                    order,
+                })?;
+            }
             trial.tensor(xp + 1)
         });
         if let Ok(copy) = step {
