@@ -122,7 +122,8 @@ pub(crate) fn dry_run(
         }
         let assembled = match (r.assembled, r.local_memory, r.registers) {
             (Some(n), Some(l), Some([lo, mid, hi])) => format!(
-                ", {n} assembled by ptxas ({lo}/{mid}/{hi} registers least/median/most, {l} with local memory)"
+                ", {n} assembled by ptxas ({lo}/{mid}/{hi} registers least/median/most, \
+                 {l} with local memory)"
             ),
             (Some(n), _, _) => format!(", {n} assembled by ptxas"),
             (None, _, _) => ", no ptxas to assemble with".to_string(),

@@ -12,10 +12,11 @@
 //!   so that no draw or mutation is spent on a loop the GPU verifier rejects); the next of
 //!   every axis fused and bound to `threadIdx.x`; the last the tile of outputs one thread
 //!   computes per virtual thread, at most [`MAX_THREAD_TILE`] outputs per thread in all and
-//!   unrolled, so that its accumulators stay in registers. With virtual threads a thread's tiles lie `threads x
-//!   inner` apart along each axis, so that neighbouring threads read neighbouring words of
-//!   the shared copies (no bank conflicts) and store neighbouring outputs; lowering runs
-//!   what the virtual threads share once (`tensortune_schedules::lower`). The
+//!   unrolled, so that its accumulators stay in registers. With virtual threads a thread's
+//!   tiles lie `threads x inner` apart along each axis, so that neighbouring threads read
+//!   neighbouring words of the shared copies (no bank conflicts) and store neighbouring
+//!   outputs; lowering runs what the virtual threads share once
+//!   (`tensortune_schedules::lower`). The
 //!   accumulator is computed inside the thread loop, its reduction split into steps; each
 //!   input it reads is staged through shared memory at the last outer reduce loop (one step
 //!   of the reduction for the whole block), fetched by all the block's threads together: the
@@ -50,11 +51,12 @@ pub const GPU_UNROLL_STEPS: [i64; 5] = [0, 16, 64, 512, 1024];
 pub const MAX_THREADS: i64 = 1024;
 
 /// Most outputs one thread accumulates (its virtual threads' tiles together). The
-/// accumulator is a local array; NVPTX keeps it in registers only when LLVM unrolls every
-/// loop over it, and a larger one lives in local memory, loaded and stored around each FMA.
-/// Drawn unbounded, 116 of the 132 matmul 1024³ candidates the verifier passed had theirs
-/// in local memory (`__local_depot` in the PTX); of tiles of at most 64, 16 of 17 were in
-/// registers, of 128 none (docs/measurements.md, "Per-thread tiles in registers").
+/// accumulator is a local array, in registers only where every loop over it is unrolled
+/// and the registers suffice; otherwise it lives in local memory, loaded and stored around
+/// each FMA, as it did in 116 of the 132 matmul 1024³ draws the verifier passed when
+/// nothing bounded it. With the loops unrolled, 64 kept every draw checked in registers;
+/// at 128 a conv2d draw took all 255 registers and spilled (docs/measurements.md,
+/// "Per-thread tiles in registers").
 pub const MAX_THREAD_TILE: i64 = 64;
 
 /// Inlines injective stages that are not outputs.
