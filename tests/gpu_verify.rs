@@ -428,8 +428,8 @@ fn sampled_gpu_candidates_of_every_op_assemble_as_verified() {
 /// reductions of thousands of steps) verify, and keep each thread's accumulators in
 /// registers: no local-memory frame in the PTX (and, where ptxas is found, no stack frame
 /// and no spills in the cubin). Drawn without bounds on a thread's tile and a block's shared
-/// copies, two thirds of matmul 1024³'s draws were over the shared memory and most of the
-/// rest accumulated in local memory, loaded and stored around every FMA.
+/// copies, most draws of these shapes were over the shared memory and most of the rest
+/// accumulated in local memory, loaded and stored around every FMA.
 #[test]
 fn tiled_candidates_of_large_shapes_verify_and_accumulate_in_registers() {
     let ptxas = find_ptxas();

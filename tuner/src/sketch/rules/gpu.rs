@@ -53,9 +53,8 @@ pub const MAX_THREADS: i64 = 1024;
 /// Most outputs one thread accumulates (its virtual threads' tiles together). The
 /// accumulator is a local array, in registers only where every loop over it is unrolled
 /// and the registers suffice; otherwise it lives in local memory, loaded and stored around
-/// each FMA, as it did in 116 of the 132 matmul 1024³ draws the verifier passed when
-/// nothing bounded it. With the loops unrolled, 64 kept every draw checked in registers;
-/// at 128 a conv2d draw took all 255 registers and spilled (docs/measurements.md,
+/// each FMA, as most unbounded draws of large shapes did. With the loops unrolled, this
+/// bound kept the draws checked in registers and twice it did not (docs/measurements.md,
 /// "Per-thread tiles in registers").
 pub const MAX_THREAD_TILE: i64 = 64;
 
@@ -338,7 +337,7 @@ fn gpu_tile(
 /// the block's extents (virtual threads x threads x inner) along the output axes its index
 /// uses and of the reduction step along the reduce axes it uses, at most an equal share of
 /// [`STATIC_SHARED_PER_BLOCK`] in elements. Drawn unbounded, most draws of large shapes were
-/// over the 48 KiB (268 of 400 of matmul 1024³) and only the verifier caught them. A
+/// over it and only the verifier caught them. A
 /// window's halo (conv2d's `y + ry`) is not counted, so the verifier still has the last
 /// word.
 fn shared_caps(
