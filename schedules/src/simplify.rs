@@ -240,8 +240,8 @@ impl Simplifier {
             Expr::Const(Const::I64(v)) => Lin::constant(*v),
             Expr::Var(v) if self.zeros.contains(&v.id) => Lin::constant(0),
             Expr::Var(_) => Lin::atom(e.clone()),
-            Expr::Bin(BinOp::Add, a, b) => self.lin(a).add(self.lin(b), 1),
-            Expr::Bin(BinOp::Sub, a, b) => self.lin(a).add(self.lin(b), -1),
+            Expr::Bin(BinOp::Add, a, b) => self.fold_div_mod(self.lin(a).add(self.lin(b), 1)),
+            Expr::Bin(BinOp::Sub, a, b) => self.fold_div_mod(self.lin(a).add(self.lin(b), -1)),
             Expr::Bin(BinOp::Mul, a, b) => {
                 let (x, y) = (self.lin(a), self.lin(b));
                 match (x.as_const(), y.as_const()) {
@@ -369,13 +369,44 @@ impl Simplifier {
                 }
             }
             _ => {
+                // (q*c + r) % c == r % c, and, division being floor division,
+                // (q*c + r) / c == q + r / c: both keep the same remainder expression, so
+                // that `fold_div_mod` can recognise the pair a fused loop leaves.
+                let r = r.to_expr();
                 if op == BinOp::Mod {
-                    // (q*c + r) % c == r % c
-                    Lin::atom(Expr::bin(BinOp::Mod, r.to_expr(), Expr::int(c)))
+                    Lin::atom(Expr::bin(BinOp::Mod, r, Expr::int(c)))
                 } else {
-                    Lin::atom(Expr::bin(BinOp::Div, x.to_expr(), Expr::int(c)))
+                    q.add(Lin::atom(Expr::bin(BinOp::Div, r, Expr::int(c))), 1)
                 }
             }
+        }
+    }
+
+    /// `k*c*(x / c) + k*(x % c)` folded to `k*x` (floor division: `x == c*(x/c) + x%c` for
+    /// every integer `x`). A fused loop `p` over axes of extents `(h, w)` indexes them as `p /
+    /// w` and `p % w`; an address `w*h + w` of them is then `p` again, linear in the loop, so
+    /// the fused loop vectorizes into whole-vector accesses instead of per-lane gathers.
+    fn fold_div_mod(&self, mut l: Lin) -> Lin {
+        loop {
+            let pair = l.terms.iter().enumerate().find_map(|(i, (m, k))| {
+                let Expr::Bin(BinOp::Mod, x, c) = m else {
+                    return None;
+                };
+                let cv = c.as_int().filter(|&c| c > 0)?;
+                let want = k.checked_mul(cv)?;
+                let j = l.terms.iter().position(|(d, kd)| {
+                    *kd == want
+                        && matches!(d, Expr::Bin(BinOp::Div, y, e) if y == x && e.as_int() == Some(cv))
+                })?;
+                Some((i, j, (**x).clone(), *k))
+            });
+            let Some((i, j, x, k)) = pair else {
+                return l;
+            };
+            let (hi, lo) = (i.max(j), i.min(j));
+            l.terms.remove(hi);
+            l.terms.remove(lo);
+            l = l.add(self.lin(&x).scale(k), 1);
         }
     }
 
@@ -549,5 +580,84 @@ fn fold(op: BinOp, a: Const, b: Const) -> Option<Const> {
         Value::I32(v) => Some(Const::I32(v)),
         Value::I64(v) => Some(Const::I64(v)),
         Value::B(v) => Some(Const::Bool(v)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::expr::Var;
+
+    fn md(x: Expr, c: i64) -> Expr {
+        Expr::bin(BinOp::Mod, x, Expr::int(c))
+    }
+
+    fn v(id: u32) -> Expr {
+        Expr::var(&Var::new(id, &format!("v{id}")))
+    }
+
+    /// Evaluates an index expression of variables 0 and 1 (floor division, as generated code).
+    fn at(e: &Expr, a: i64, b: i64) -> i64 {
+        match e {
+            Expr::Const(Const::I64(c)) => *c,
+            Expr::Var(x) => [a, b][x.id as usize],
+            Expr::Bin(op, x, y) => {
+                let (x, y) = (at(x, a, b), at(y, a, b));
+                match op {
+                    BinOp::Add => x + y,
+                    BinOp::Sub => x - y,
+                    BinOp::Mul => x * y,
+                    BinOp::Div => x.div_euclid(y),
+                    BinOp::Mod => x.rem_euclid(y),
+                    _ => panic!("{e}"),
+                }
+            }
+            _ => panic!("{e}"),
+        }
+    }
+
+    #[test]
+    fn a_fused_loops_row_and_column_fold_back_into_the_loop() {
+        let s = Simplifier::default();
+        // p over (h, 56): p / 56 * 56 + p % 56 == p.
+        let p = v(0);
+        let e = (p.clone() / 56) * 56 + md(p.clone(), 56);
+        assert_eq!(s.expr(&e), p);
+        // The fused loop split (p = 64 * p1 + p3) and an outer row offset of 448 (8 rows)
+        // that is a multiple of the width, plus a constant.
+        let (p1, p3) = (v(0), v(1));
+        let q = p1.clone() * 64 + p3.clone();
+        let e = (q.clone() + 448) / 56 * 56 + md(q.clone() + 448, 56) + 3;
+        let got = s.expr(&e);
+        assert_eq!(got, s.expr(&(q.clone() + 451)), "{got}");
+        // Scaled (a row of a 2-D tensor of width 56 inside a larger one) and subtracted.
+        let e = ((q.clone() / 56) * 56 + md(q.clone(), 56)) * 3136 - q.clone() * 3136;
+        assert_eq!(s.expr(&e), Expr::int(0));
+        // Not a pair: a different divisor, or a coefficient that is not the divisor.
+        for e in [
+            (q.clone() / 56) * 56 + md(q.clone(), 28),
+            (q.clone() / 56) * 58 + md(q.clone(), 56),
+        ] {
+            let got = s.expr(&e);
+            assert!(got.to_string().contains('/'), "{e} became {got}");
+            for (a, b) in [(0, 0), (1, 5), (3, 63), (7, 17)] {
+                assert_eq!(at(&got, a, b), at(&e, a, b), "{e} became {got} at {a}, {b}");
+            }
+        }
+    }
+
+    #[test]
+    fn division_keeps_the_multiple_of_its_divisor_outside() {
+        // Floor division: (64*a + b + 448) / 56 == 8 + (64*a + b) / 56, for negative values
+        // too.
+        let s = Simplifier::default();
+        let e = (v(0) * 64 + v(1) + 448) / 56;
+        let got = s.expr(&e);
+        for a in -3..4 {
+            for b in -70..70 {
+                assert_eq!(at(&got, a, b), at(&e, a, b), "{got} at {a}, {b}");
+            }
+        }
+        assert!(got.to_string().contains("+ 8"), "{got}");
     }
 }
