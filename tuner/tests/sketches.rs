@@ -5,7 +5,8 @@
 use rand::rngs::ChaCha8Rng;
 use rand::SeedableRng;
 use tensortune_schedules::data::NdData;
-use tensortune_schedules::expr::DType;
+use tensortune_schedules::expr::{BinOp, DType, Expr};
+use tensortune_schedules::ir::{ForKind, Stmt};
 use tensortune_schedules::ops::WorkloadSpec;
 use tensortune_schedules::target::TargetKey;
 use tensortune_schedules::{eval, interp, lower::lower, ComputeDag};
@@ -38,6 +39,8 @@ fn sketches_of_every_op_are_correct() {
         ("conv2d:N=1,C=3,H=7,W=7,K=4,R=3,S=3,pad=1", 1),
         // Output channels fill vectors and the width does not: the channel-vector sketch.
         ("conv2d:N=1,C=3,H=6,W=6,K=32,R=3,S=3,pad=1", 1),
+        // A 1x1 layer of stride 1: its pixel axes fused into one (the `+flat` sketch).
+        ("conv2d:N=2,C=5,H=3,W=20,K=4,R=1,S=1", 1),
         ("depthwise_conv2d:N=1,C=3,H=8,W=8,R=3,S=3,stride=2,pad=1", 1),
         ("softmax:M=4,N=24", 1),
         ("reduce_sum:M=3,N=40", 2),
@@ -198,4 +201,114 @@ fn sketch_structures() {
         "{}",
         st.trace()
     );
+}
+
+#[test]
+fn a_1x1_layers_pixels_are_fused_into_one_axis_read_linearly() {
+    let opts = TuneOptions {
+        imperfect_tile_prob: 0.3,
+        ..TuneOptions::default()
+    };
+    let spec = "conv2d:N=1,C=8,H=3,W=20,K=8,R=1,S=1";
+    let dag = WorkloadSpec::parse(spec).unwrap().build().unwrap();
+    let sk = rules::generate(&dag, &opts);
+    let names: Vec<&str> = sk.iter().map(|s| s.name.as_str()).collect();
+    let flat = sk
+        .iter()
+        .find(|s| s.name.ends_with("tile+flat"))
+        .unwrap_or_else(|| panic!("{names:?}"));
+    // It replaces the plain tiling, whose vectors would run along rows of 20.
+    assert!(!names.iter().any(|n| n.ends_with(":tile")), "{names:?}");
+    let mut rng = ChaCha8Rng::seed_from_u64(11);
+    for case in 0..16 {
+        let st = flat
+            .instantiate(&dag, &sample(flat, &mut rng, &opts))
+            .unwrap();
+        let text = st.trace().to_string();
+        assert!(text.contains("fuse(s2, [2, 3])"), "{text}");
+        assert!(text.contains("fuse(s3, [2, 3])"), "{text}");
+        // The fused loop's row and column, `p / 20` and `p % 20`, fold back into `p`: no
+        // address divides a vector loop's variable, so its lanes are consecutive elements.
+        // (Outer loops' variables may be divided: the row a tile starts at.)
+        let f = lower(&st).unwrap();
+        assert_eq!(vector_addresses_that_divide(&f.body), 0, "{text}\n{f}");
+        check(&dag, &st, 40 + case);
+    }
+    // The output channels stay a vector axis beside it where the fused pixels are no whole
+    // number of vectors (5 x 20), and not where they are (4 x 20 = 5 x 16).
+    for (spec, vec) in [
+        ("conv2d:N=1,C=8,H=5,W=20,K=32,R=1,S=1", true),
+        ("conv2d:N=1,C=8,H=4,W=20,K=32,R=1,S=1", false),
+    ] {
+        let dag = WorkloadSpec::parse(spec).unwrap().build().unwrap();
+        let sk = rules::generate(&dag, &opts);
+        let names: Vec<&str> = sk.iter().map(|s| s.name.as_str()).collect();
+        assert!(
+            names.iter().any(|n| n.ends_with("+flat")),
+            "{spec}: {names:?}"
+        );
+        assert_eq!(
+            names.iter().any(|n| n.ends_with("+vec1")),
+            vec,
+            "{spec}: {names:?}"
+        );
+    }
+    // Not where an input's row is wider than the output's (padding, a 3x3 window), nor with
+    // a stride, nor where the width is whole vectors or rows of the accumulator would be
+    // padded (7 stored as 8), nor for a matmul.
+    for spec in [
+        "conv2d:N=1,C=8,H=6,W=20,K=8,R=3,S=3,pad=1",
+        "conv2d:N=1,C=8,H=6,W=20,K=8,R=3,S=3",
+        "conv2d:N=1,C=8,H=6,W=20,K=8,R=1,S=1,stride=2",
+        "conv2d:N=1,C=8,H=7,W=7,K=8,R=1,S=1",
+        "conv2d:N=1,C=8,H=6,W=32,K=8,R=1,S=1",
+        "matmul:M=8,N=24,K=8",
+        "batch_matmul:B=2,M=6,N=24,K=5",
+    ] {
+        let dag = WorkloadSpec::parse(spec).unwrap().build().unwrap();
+        let sk = rules::generate(&dag, &opts);
+        assert!(!sk.is_empty(), "{spec}");
+        assert!(
+            sk.iter().all(|s| !s.name.contains("+flat")),
+            "{spec}: {:?}",
+            sk.iter().map(|s| &s.name).collect::<Vec<_>>()
+        );
+    }
+}
+
+/// How many addresses inside a vectorized loop divide (or take the remainder of) an expression
+/// of that loop's variable.
+fn vector_addresses_that_divide(body: &Stmt) -> usize {
+    let mut found = 0;
+    body.visit(&mut |s| {
+        let Stmt::For {
+            var,
+            kind: ForKind::Vectorized,
+            body,
+            ..
+        } = s
+        else {
+            return;
+        };
+        let divides = |e: &Expr| {
+            let mut n = 0;
+            e.visit(&mut |x| {
+                if let Expr::Bin(BinOp::Div | BinOp::Mod, a, _) = x {
+                    n += usize::from(a.uses_var(var.id));
+                }
+            });
+            n
+        };
+        body.visit(&mut |t| {
+            if let Stmt::Store { index, value, .. } = t {
+                found += divides(index);
+                value.visit(&mut |x| {
+                    if let Expr::BufLoad { index, .. } = x {
+                        found += divides(index);
+                    }
+                });
+            }
+        });
+    });
+    found
 }

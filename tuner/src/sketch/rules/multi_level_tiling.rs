@@ -24,10 +24,16 @@
 //! of output channels, as the channel-blocked (NCHWc) schedules of other compilers do. That
 //! copy is a transpose and is made once, at the root; the sketch's inputs computed by other
 //! stages (the padding) are kept in buffers rather than inlined.
+//!
+//! Where the last two spatial axes can be read as one (a 1x1 conv2d of stride 1: its pixels
+//! are consecutive in the input as in the output), the **flat** sketch fuses them before
+//! tiling, in place of the plain one: the layer is then tiled as the matmul it is, its
+//! register tile running across rows rather than along one (see `flattenable`).
 
 use super::{unroll_hole, Applies, RuleContext, RuleError, SketchBuilder, SketchRule, Variant};
 use crate::sketch::{ChoiceKind, SketchStep};
-use tensortune_schedules::ir::Scope;
+use tensortune_schedules::ir::{row_padding, Scope};
+use tensortune_schedules::simplify::Simplifier;
 use tensortune_schedules::te::OpKind;
 use tensortune_schedules::trace::Step;
 use tensortune_schedules::{ComputeDag, Expr, TensorId};
@@ -118,20 +124,31 @@ impl SketchRule for MultiLevelTiling {
         let suffix = if fused.is_some() { "+fuse" } else { "" };
         let ns = cx.dag.op(t).shape.len();
         let last = ns.saturating_sub(1);
-        let mut v = vec![(
-            format!("tile{suffix}"),
-            self.tile(cx, b, t, fused, None, last),
-        )];
+        // A 1x1 layer's pixels fused: its tiling replaces the plain one (whose vectors run
+        // along a row that is no whole number of them), and the output channels as the vector
+        // axis too where the fused pixels are whole vectors (see [`flattenable`]).
+        let flat = flattenable(cx, t, fused);
+        let mut v = vec![if flat.is_some() {
+            (
+                format!("tile{suffix}+flat"),
+                self.tile(cx, b, t, fused, None, last - 1, true),
+            )
+        } else {
+            (
+                format!("tile{suffix}"),
+                self.tile(cx, b, t, fused, None, last, false),
+            )
+        }];
         if let Some(x) = packable_input(cx.dag, t, last) {
             v.push((
                 format!("tile{suffix}+pack"),
-                self.tile(cx, b, t, fused, Some(x), last),
+                self.tile(cx, b, t, fused, Some(x), last, false),
             ));
         }
-        if let Some((axis, x)) = channel_vector_axis(cx, t) {
+        if let Some((axis, x)) = channel_vector_axis(cx, t).filter(|_| flat != Some(true)) {
             v.push((
                 format!("tile{suffix}+vec{axis}"),
-                self.tile(cx, b, t, fused, Some(x), axis),
+                self.tile(cx, b, t, fused, Some(x), axis, false),
             ));
         }
         v
@@ -156,7 +173,10 @@ impl MultiLevelTiling {
     /// after a cache write; with `pack`, that input is read through a local copy of the
     /// region the tile needs (see [`packable_input`]). `vec_axis` is the spatial axis the
     /// register tile vectorizes: the last one, or another (see the module doc), whose loops
-    /// then go innermost in each level and last in the accumulator's storage.
+    /// then go innermost in each level and last in the accumulator's storage. With `flat`,
+    /// the last two spatial axes are first fused into one in both stages (see
+    /// [`flattenable`]), and `vec_axis` counts the fused axis as one.
+    #[allow(clippy::too_many_arguments)]
     fn tile(
         &self,
         cx: &RuleContext,
@@ -165,6 +185,7 @@ impl MultiLevelTiling {
         consumer: Option<TensorId>,
         pack: Option<(TensorId, usize)>,
         vec_axis: usize,
+        flat: bool,
     ) -> Result<SketchBuilder, RuleError> {
         let mut b = b.clone();
         let (compute, outer) = match consumer {
@@ -178,7 +199,17 @@ impl MultiLevelTiling {
                 (p, p + 1)
             }
         };
-        let tiled = self.split_and_order(cx, &mut b, t, compute, outer, vec_axis)?;
+        let mut ns = cx.dag.op(t).shape.len();
+        if flat {
+            for stage in [compute, outer] {
+                b.fixed(Step::Fuse {
+                    stage,
+                    iters: vec![ns as u32 - 2, ns as u32 - 1],
+                })?;
+            }
+            ns -= 1;
+        }
+        let tiled = self.split_and_order(cx, &mut b, t, compute, outer, ns, vec_axis)?;
         if vec_axis + 1 != tiled.ns {
             // The accumulator tile with the vector axis last, so that the register tile's
             // lanes are consecutive elements (the copy-out reads it strided instead).
@@ -228,6 +259,8 @@ impl MultiLevelTiling {
     /// axis's innermost within [`REGISTER_TILE_VECTORS`] vectors) and its reduce axes into its
     /// `R` levels, and orders the loops as the structure reads, the vector axis last in each
     /// spatial level.
+    /// `ns` is the number of spatial loops (fewer than axes where some were fused).
+    #[allow(clippy::too_many_arguments)]
     fn split_and_order(
         &self,
         cx: &RuleContext,
@@ -235,9 +268,9 @@ impl MultiLevelTiling {
         t: TensorId,
         compute: u32,
         outer: u32,
+        ns: usize,
         vec_axis: usize,
     ) -> Result<Tiled, RuleError> {
-        let ns = cx.dag.op(t).shape.len();
         let nr = cx.dag.info(t).reduce_axes.len();
         let (sl, rl) = (
             self.spatial_levels,
@@ -483,6 +516,77 @@ fn channel_vector_axis(cx: &RuleContext, t: TensorId) -> Option<(usize, (TensorI
         .rev()
         .filter(|&(_, &e)| e >= lanes && e % lanes == 0)
         .find_map(|(a, _)| Some((a, packable_input(cx.dag, t, a)?)))
+}
+
+/// Whether the last two spatial axes of `t` (and of the consumer it is `fused` with) can be
+/// fused into one loop that reads every input linearly: each load indexes them, if at all,
+/// as its last two positions, the last of the input's extent equal to the axis's, each with
+/// coefficient 1 (a 1x1 conv2d of stride 1 reads `data[n, rc, y + ry, x + rx]` over a `W`
+/// equal to the output's). Lowered, the fused loop `p` indexes the input at `W * (p / W) + p
+/// % W`, which the simplifier folds back to `p`: the register tile vectorizes along `p`
+/// across rows, as the matmul this layer is, instead of along rows whose width need not be
+/// a whole number of vectors (56 on ResNet-50's 56x56 layers, 3.5 vectors of 16). Tuned as
+/// that matmul, the layer ran faster than as a conv2d (docs/measurements.md, "conv2d 1x1
+/// written as a matmul").
+///
+/// Offered where the innermost axis is not a whole number of the vectors one FMA pipe takes
+/// (the condition of [`channel_vector_axis`]) and is wider than a padded row; `Some(true)`
+/// where the fused axis is a whole number of those vectors.
+fn flattenable(cx: &RuleContext, t: TensorId, fused: Option<TensorId>) -> Option<bool> {
+    let op = cx.dag.op(t);
+    let lanes = cx.lanes(t);
+    let unit = cx.target.vector_unit_lanes(op.dtype).clamp(1, lanes.max(1));
+    let [.., h, w] = op.shape.as_slice() else {
+        return None;
+    };
+    // A local accumulator with rows of `w` padded to a power of two (rows of 7 stored in 8)
+    // is indexed `8 * (p / 7) + p % 7`, which does not fold: its vectors would gather.
+    if lanes <= 1 || w % unit == 0 || row_padding(Scope::Local, &[*w]) != 0 {
+        return None;
+    }
+    [Some(t), fused]
+        .into_iter()
+        .flatten()
+        .all(|s| reads_last_two_axes_linearly(cx.dag, s))
+        .then_some((h * w) % unit == 0)
+}
+
+/// The check of [`flattenable`] on one stage.
+fn reads_last_two_axes_linearly(dag: &ComputeDag, t: TensorId) -> bool {
+    let OpKind::Compute { axes, body } = &dag.op(t).kind else {
+        return false;
+    };
+    let [.., y, x] = axes.as_slice() else {
+        return false;
+    };
+    let spatial: Vec<u32> = axes.iter().map(|a| a.var.id).collect();
+    // `e` uses axis `v` with coefficient 1 and no other spatial axis.
+    let unit = |e: &Expr, v: &tensortune_schedules::IterVar| {
+        let others = spatial.iter().any(|&id| id != v.var.id && e.uses_var(id));
+        let shifted = e.substitute(&|w| (w.id == v.var.id).then(|| v.expr() + 1));
+        let step = Simplifier::default().expr(&(shifted - e.clone()));
+        !others && step.as_int() == Some(1)
+    };
+    let mut ok = true;
+    body.visit(&mut |e| {
+        if let Expr::Load {
+            tensor, indices, ..
+        } = e
+        {
+            let uses = |i: &Expr| i.uses_var(y.var.id) || i.uses_var(x.var.id);
+            let k = indices.len();
+            let before_ok = indices.iter().take(k.saturating_sub(2)).all(|i| !uses(i));
+            let shape = &dag.op(*tensor).shape;
+            let fits = match (indices.as_slice(), shape.as_slice()) {
+                ([.., iy, ix], [.., w]) => {
+                    (!uses(iy) && !uses(ix)) || (unit(iy, y) && unit(ix, x) && *w == x.extent)
+                }
+                _ => indices.iter().all(|i| !uses(i)),
+            };
+            ok &= before_ok && fits;
+        }
+    });
+    ok
 }
 
 /// The stages other than placeholders that `t` reads.
