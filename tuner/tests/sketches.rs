@@ -312,3 +312,50 @@ fn vector_addresses_that_divide(body: &Stmt) -> usize {
     });
     found
 }
+
+/// A 1x1 conv2d with a bias and a relu after it, as a model's layer is: its pixels are fused
+/// in the relu (the outer levels) as in the conv2d, and the result is right.
+#[test]
+fn a_1x1_layer_with_its_relu_fused_is_flattened_in_both() {
+    use tensortune_schedules::expr::{max, sum, Const};
+    use tensortune_schedules::te::Graph;
+    let (c, h, w, k) = (6, 3, 20, 8);
+    let mut g = Graph::default();
+    let data = g.placeholder("data", &[1, c, h, w], DType::F32);
+    let weight = g.placeholder("weight", &[k, c], DType::F32);
+    let bias = g.placeholder("bias", &[k], DType::F32);
+    let rc = g.reduce_axis(c, "rc");
+    let conv = g.compute("conv", &[1, k, h, w], &["n", "k", "y", "x"], |ax| {
+        sum(
+            data.at([ax[0].clone(), rc.expr(), ax[2].clone(), ax[3].clone()])
+                * weight.at([ax[1].clone(), rc.expr()]),
+            [&rc],
+        )
+    });
+    let out = g.compute("relu", &[1, k, h, w], &["n", "k", "y", "x"], |ax| {
+        let v = conv.at([ax[0].clone(), ax[1].clone(), ax[2].clone(), ax[3].clone()])
+            + bias.at([ax[1].clone()]);
+        max(v, Expr::Const(Const::zero(DType::F32)))
+    });
+    let dag = ComputeDag::new(&g, &[out]).unwrap();
+    let opts = TuneOptions {
+        imperfect_tile_prob: 0.3,
+        ..TuneOptions::default()
+    };
+    let sk = rules::generate(&dag, &opts);
+    let flat = sk
+        .iter()
+        .find(|s| s.name.ends_with("tile+fuse+flat"))
+        .unwrap_or_else(|| panic!("{:?}", sk.iter().map(|s| &s.name).collect::<Vec<_>>()));
+    let mut rng = ChaCha8Rng::seed_from_u64(12);
+    for case in 0..12 {
+        let st = flat
+            .instantiate(&dag, &sample(flat, &mut rng, &opts))
+            .unwrap();
+        let text = st.trace().to_string();
+        assert_eq!(text.matches(", [2, 3])").count(), 2, "{text}");
+        let f = lower(&st).unwrap();
+        assert_eq!(vector_addresses_that_divide(&f.body), 0, "{text}\n{f}");
+        check(&dag, &st, 60 + case);
+    }
+}
