@@ -384,8 +384,9 @@ impl Simplifier {
 
     /// `k*c*(x / c) + k*(x % c)` folded to `k*x` (floor division: `x == c*(x/c) + x%c` for
     /// every integer `x`). A fused loop `p` over axes of extents `(h, w)` indexes them as `p /
-    /// w` and `p % w`; an address `w*h + w` of them is then `p` again, linear in the loop, so
-    /// the fused loop vectorizes into whole-vector accesses instead of per-lane gathers.
+    /// w` and `p % w`; the row-major address `w * (p / w) + p % w` is then `p` again, linear
+    /// in the loop, so the fused loop vectorizes into whole-vector accesses instead of
+    /// per-lane gathers.
     fn fold_div_mod(&self, mut l: Lin) -> Lin {
         loop {
             let pair = l.terms.iter().enumerate().find_map(|(i, (m, k))| {

@@ -258,8 +258,8 @@ impl MultiLevelTiling {
     /// Splits the compute stage's spatial axes into the structure's `S` levels (the vector
     /// axis's innermost within [`REGISTER_TILE_VECTORS`] vectors) and its reduce axes into its
     /// `R` levels, and orders the loops as the structure reads, the vector axis last in each
-    /// spatial level.
-    /// `ns` is the number of spatial loops (fewer than axes where some were fused).
+    /// spatial level. `ns` is the number of spatial loops (fewer than the axes where two
+    /// were fused).
     #[allow(clippy::too_many_arguments)]
     fn split_and_order(
         &self,
