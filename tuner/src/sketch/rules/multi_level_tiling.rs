@@ -124,9 +124,10 @@ impl SketchRule for MultiLevelTiling {
         let suffix = if fused.is_some() { "+fuse" } else { "" };
         let ns = cx.dag.op(t).shape.len();
         let last = ns.saturating_sub(1);
-        // A 1x1 layer's pixels fused: its tiling replaces the plain one (whose vectors run
-        // along a row that is no whole number of them), and the output channels as the vector
-        // axis too where the fused pixels are whole vectors (see [`flattenable`]).
+        // A 1x1 layer's pixels fused: its tiling replaces the plain one (whose tiles are
+        // whole rows, and whose vectors run along a row that need not be whole vectors), and
+        // the output channels as the vector axis too where the fused pixels are whole vectors
+        // (see [`flattenable`]).
         let flat = flattenable(cx, t, fused);
         let mut v = vec![if flat.is_some() {
             (
@@ -525,13 +526,15 @@ fn channel_vector_axis(cx: &RuleContext, t: TensorId) -> Option<(usize, (TensorI
 /// equal to the output's). Lowered, the fused loop `p` indexes the input at `W * (p / W) + p
 /// % W`, which the simplifier folds back to `p`: the register tile vectorizes along `p`
 /// across rows, as the matmul this layer is, instead of along rows whose width need not be
-/// a whole number of vectors (56 on ResNet-50's 56x56 layers, 3.5 vectors of 16). Tuned as
-/// that matmul, the layer ran faster than as a conv2d (docs/measurements.md, "conv2d 1x1
-/// written as a matmul").
+/// a whole number of vectors (56 on ResNet-50's 56x56 layers, 3.5 vectors of 16), and with
+/// tiles of any number of rows rather than whole rows where they are (112 = 7 x 16). Tuned
+/// as that matmul, the 56x56 layer ran faster than as a conv2d, and so did both layers with
+/// this sketch in place of the plain one (docs/measurements.md, "conv2d 1x1 written as a
+/// matmul", "A 1x1 conv2d's pixels fused into one axis").
 ///
-/// Offered where the innermost axis is not a whole number of the vectors one FMA pipe takes
-/// (the condition of [`channel_vector_axis`]) and is wider than a padded row; `Some(true)`
-/// where the fused axis is a whole number of those vectors.
+/// Offered where the innermost axis is wider than a padded row of a local accumulator;
+/// `Some(true)` where the fused axis is a whole number of the vectors one FMA pipe takes
+/// (then the output channels are not offered as the vector axis either).
 fn flattenable(cx: &RuleContext, t: TensorId, fused: Option<TensorId>) -> Option<bool> {
     let op = cx.dag.op(t);
     let lanes = cx.lanes(t);
@@ -541,7 +544,7 @@ fn flattenable(cx: &RuleContext, t: TensorId, fused: Option<TensorId>) -> Option
     };
     // A local accumulator with rows of `w` padded to a power of two (rows of 7 stored in 8)
     // is indexed `8 * (p / 7) + p % 7`, which does not fold: its vectors would gather.
-    if lanes <= 1 || w % unit == 0 || row_padding(Scope::Local, &[*w]) != 0 {
+    if lanes <= 1 || row_padding(Scope::Local, &[*w]) != 0 {
         return None;
     }
     [Some(t), fused]
