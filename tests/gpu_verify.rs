@@ -373,6 +373,7 @@ fn sampled_gpu_candidates_of_every_op_assemble_as_verified() {
         "batch_matmul:B=2,M=64,N=48,K=32",
         "dense_bias_relu:M=64,N=80,K=48",
         "conv2d:N=1,C=16,H=14,W=14,K=32,R=3,S=3,stride=1,pad=1",
+        "conv2d_hwio:N=1,C=16,H=14,W=14,K=32,R=3,S=3,stride=1,pad=1",
         "depthwise_conv2d:N=1,C=32,H=14,W=14,R=3,S=3,stride=1,pad=1",
         "reduce_sum:M=128,N=96",
     ] {

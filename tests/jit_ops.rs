@@ -19,6 +19,7 @@ const SPECS: &[&str] = &[
     "dense_bias_relu:M=5,N=19,K=11",
     "conv2d:N=1,C=3,H=7,W=7,K=5,R=3,S=3,stride=1,pad=1",
     "conv2d:N=2,C=2,H=9,W=8,K=3,R=3,S=2,stride=2,pad=0",
+    "conv2d_hwio:N=1,C=3,H=7,W=7,K=20,R=3,S=2,stride=2,pad=1",
     "depthwise_conv2d:N=1,C=3,H=11,W=7,R=3,S=3,stride=2,pad=1",
     "softmax:M=5,N=23",
     "reduce_sum:M=3,N=37",

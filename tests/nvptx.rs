@@ -310,6 +310,7 @@ fn every_op_default_schedule_emits_ptx_that_ptxas_accepts() {
         "matmul:M=13,N=17,K=19",
         "dense_bias_relu:M=5,N=19,K=11",
         "conv2d:N=1,C=3,H=7,W=7,K=5,R=3,S=3,stride=1,pad=1",
+        "conv2d_hwio:N=1,C=3,H=7,W=7,K=5,R=3,S=3,stride=1,pad=1",
         "softmax:M=5,N=23",
         "reduce_sum:M=4,N=13,dtype=i32",
     ] {

@@ -72,6 +72,13 @@ pub const OPS: &[OpDesc] = &[
         about: "2-D convolution, NCHW, zero padding as its own stage",
     },
     OpDesc {
+        name: "conv2d_hwio",
+        required: &["N", "C", "H", "W", "K", "R", "S"],
+        optional: &[("stride", 1), ("pad", 0)],
+        signature: "data[N,C,H,W], weight[R,S,C,K] -> out[N,K,P,Q]",
+        about: "conv2d with its weights laid out output channels last (HWIO), as a model's constant weights can be once at load",
+    },
+    OpDesc {
         name: "depthwise_conv2d",
         required: &["N", "C", "H", "W", "R", "S"],
         optional: &[("stride", 1), ("pad", 0)],
@@ -404,7 +411,7 @@ impl WorkloadSpec {
                 vec!["B", "K", "N"],
                 vec!["B", "M", "N"],
             ],
-            "conv2d" => vec![
+            "conv2d" | "conv2d_hwio" => vec![
                 vec!["N", "C", "H", "W"],
                 vec!["K", "C", "R", "S"],
                 vec!["N", "K", "H", "W"],
@@ -491,7 +498,7 @@ impl WorkloadSpec {
                     )
                 })
             }
-            "conv2d" | "depthwise_conv2d" => self.build_conv(&mut g)?,
+            "conv2d" | "conv2d_hwio" | "depthwise_conv2d" => self.build_conv(&mut g)?,
             "softmax" => {
                 let (m, n) = (self.v("M"), self.v("N"));
                 let x = g.placeholder("X", &[m, n], dt);
@@ -538,8 +545,11 @@ impl WorkloadSpec {
         let (r, s, st, p) = (self.v("R"), self.v("S"), self.v("stride"), self.v("pad"));
         let (oh, ow) = self.conv_out(self.op.name)?;
         let data = g.placeholder("data", &[n, c, h, w], dt);
+        let hwio = self.op.name == "conv2d_hwio";
         let weight = if depthwise {
             g.placeholder("weight", &[c, r, s], dt)
+        } else if hwio {
+            g.placeholder("weight", &[r, s, c, self.v("K")], dt)
         } else {
             g.placeholder("weight", &[self.v("K"), c, r, s], dt)
         };
@@ -587,13 +597,18 @@ impl WorkloadSpec {
                 &[n, self.v("K"), oh, ow],
                 &["n", "k", "y", "x"],
                 |ax| {
+                    let w = if hwio {
+                        weight.at([ry.expr(), rx.expr(), rc.expr(), ax[1].clone()])
+                    } else {
+                        weight.at([ax[1].clone(), rc.expr(), ry.expr(), rx.expr()])
+                    };
                     sum(
                         padded.at([
                             ax[0].clone(),
                             rc.expr(),
                             &ax[2] * st + ry.expr(),
                             &ax[3] * st + rx.expr(),
-                        ]) * weight.at([ax[1].clone(), rc.expr(), ry.expr(), rx.expr()]),
+                        ]) * w,
                         [&rc, &ry, &rx],
                     )
                 },

@@ -21,6 +21,7 @@ const SPECS: &[&str] = &[
     "batch_matmul:B=2,M=4,N=6,K=5",
     "dense_bias_relu:M=5,N=8,K=6",
     "conv2d:N=1,C=3,H=6,W=7,K=4,R=3,S=3,stride=1,pad=1",
+    "conv2d_hwio:N=1,C=3,H=6,W=7,K=4,R=3,S=3,stride=2,pad=1",
     "depthwise_conv2d:N=1,C=3,H=7,W=6,R=3,S=3,stride=2,pad=1",
     "softmax:M=4,N=9",
     "reduce_sum:M=3,N=12",

@@ -41,6 +41,7 @@ fn every_op_default_schedule_agrees_with_interp_and_evaluator() {
         "batch_matmul:B=2,M=3,N=5,K=7",
         "dense_bias_relu:M=5,N=7,K=3",
         "conv2d:N=1,C=3,H=7,W=5,K=3,R=3,S=3,stride=1,pad=1",
+        "conv2d_hwio:N=1,C=3,H=7,W=5,K=3,R=3,S=3,stride=1,pad=1",
         "depthwise_conv2d:N=1,C=3,H=7,W=5,R=3,S=3,stride=2,pad=1",
         "softmax:M=3,N=7",
         "reduce_sum:M=3,N=7,dtype=i32",

@@ -19,11 +19,12 @@ use tensortune_tuner::sketch::sample::sample;
 use tensortune_tuner::TuneOptions;
 
 /// Small, odd shapes of every op the GPU rules cover.
-pub const SPECS: [&str; 6] = [
+pub const SPECS: [&str; 7] = [
     "matmul:M=24,N=20,K=12",
     "batch_matmul:B=2,M=12,N=10,K=6",
     "dense_bias_relu:M=12,N=20,K=9",
     "conv2d:N=1,C=3,H=7,W=7,K=4,R=3,S=3,stride=1,pad=1",
+    "conv2d_hwio:N=1,C=3,H=7,W=7,K=4,R=3,S=3,stride=1,pad=1",
     "depthwise_conv2d:N=1,C=4,H=7,W=7,R=3,S=3,stride=1,pad=1",
     "reduce_sum:M=10,N=14",
 ];

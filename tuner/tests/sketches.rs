@@ -39,6 +39,8 @@ fn sketches_of_every_op_are_correct() {
         ("conv2d:N=1,C=3,H=7,W=7,K=4,R=3,S=3,pad=1", 1),
         // Output channels fill vectors and the width does not: the channel-vector sketch.
         ("conv2d:N=1,C=3,H=6,W=6,K=32,R=3,S=3,pad=1", 1),
+        // Weights stored output channels last: the channel-vector sketch reads them in place.
+        ("conv2d_hwio:N=1,C=3,H=6,W=6,K=32,R=3,S=3,pad=1", 1),
         // A 1x1 layer of stride 1: its pixel axes fused into one (the `+flat` sketch).
         ("conv2d:N=2,C=5,H=3,W=20,K=4,R=1,S=1", 1),
         ("depthwise_conv2d:N=1,C=3,H=8,W=8,R=3,S=3,stride=2,pad=1", 1),
@@ -201,6 +203,57 @@ fn sketch_structures() {
         "{}",
         st.trace()
     );
+}
+
+#[test]
+fn weights_stored_output_channels_last_are_read_in_place() {
+    // conv2d_hwio's weights are [R, S, C, K]: the channel-vector sketch reads them along K as
+    // they are, with no copy, and its accumulator keeps the channels last as with conv2d.
+    let opts = TuneOptions::default();
+    let dag = WorkloadSpec::parse("conv2d_hwio:N=1,C=8,H=28,W=28,K=32,R=3,S=3,pad=1")
+        .unwrap()
+        .build()
+        .unwrap();
+    let sk = rules::generate(&dag, &opts);
+    let names_of: Vec<&str> = sk.iter().map(|s| s.name.as_str()).collect();
+    let vec = sk
+        .iter()
+        .find(|s| s.name.ends_with("tile+vec1"))
+        .unwrap_or_else(|| panic!("{names_of:?}"));
+    for seed in 0..8 {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let st = vec
+            .instantiate(&dag, &sample(vec, &mut rng, &opts))
+            .unwrap();
+        let text = st.trace().to_string();
+        assert!(!text.contains("cache_read"), "{text}");
+        assert!(text.contains("reorder_storage("), "{text}");
+        let f = lower(&st).unwrap().to_string();
+        assert!(!f.contains("weight.local"), "{f}");
+        // The register tile's weight load is one vector along K: the innermost vectorized
+        // loop indexes the weights with coefficient 1.
+        let inner = f
+            .lines()
+            .rev()
+            .find(|l| l.contains("weight["))
+            .unwrap_or_else(|| panic!("no weight read:\n{f}"));
+        let vloop = f
+            .lines()
+            .rev()
+            .find(|l| l.trim_start().starts_with("vectorized for k."))
+            .unwrap_or_else(|| panic!("no vectorized loop over k:\n{f}"));
+        let var = vloop
+            .trim_start()
+            .trim_start_matches("vectorized for ")
+            .split(' ')
+            .next()
+            .unwrap();
+        assert!(
+            inner.contains(&format!(" + {var}]")),
+            "{var} is not the weights' last term:\n{f}"
+        );
+        check(&dag, &st, 30 + seed);
+    }
 }
 
 #[test]

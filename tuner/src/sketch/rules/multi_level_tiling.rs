@@ -147,9 +147,13 @@ impl SketchRule for MultiLevelTiling {
             ));
         }
         if let Some((axis, x)) = channel_vector_axis(cx, t).filter(|_| flat != Some(true)) {
+            // An input stored with the vector axis last already (conv2d_hwio's weights) is
+            // read in place: its copy, made at the root, would be the same array again.
+            let (xt, at) = x;
+            let pack = (at + 1 != cx.dag.op(xt).shape.len()).then_some(x);
             v.push((
                 format!("tile{suffix}+vec{axis}"),
-                self.tile(cx, b, t, fused, Some(x), axis, false),
+                self.tile(cx, b, t, fused, pack, axis, false),
             ));
         }
         v
