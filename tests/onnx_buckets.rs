@@ -10,21 +10,10 @@
 use std::path::Path;
 use std::process::Command;
 use tensortune::model::buckets::{bucket_plans, parse_buckets};
-use tensortune::model::testing::{AttrValue, ModelBuilder};
+use tensortune::model::testing::{random, AttrValue, ModelBuilder};
 use tensortune::model::ImportOptions;
 use tensortune::model::{testing, BucketedModel, LoadOptions, Model};
 use tensortune::ndarray::{ArrayD, Axis, IxDyn};
-
-/// Inputs of `shape` from a seed, in [-1, 1).
-fn random(shape: &[usize], seed: u64) -> ArrayD<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    ArrayD::from_shape_fn(IxDyn(shape), |_| {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        (s % 2000) as f32 / 1000.0 - 1.0
-    })
-}
 
 /// `relu(x · W)` with `W[k][j] = k - j`, the MLP of `testing::mlp_dynamic_batch_bytes`.
 fn mlp_by_hand(x: &ArrayD<f32>) -> ArrayD<f32> {

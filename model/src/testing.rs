@@ -191,3 +191,14 @@ pub fn mlp_dynamic_batch_bytes() -> Vec<u8> {
         .output("y")
         .build()
 }
+
+/// Values of `shape` from a seed, in [-1, 1) (xorshift: reproducible, no dependency).
+pub fn random(shape: &[usize], seed: u64) -> ndarray::ArrayD<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    ndarray::ArrayD::from_shape_fn(ndarray::IxDyn(shape), |_| {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        (s % 2000) as f32 / 1000.0 - 1.0
+    })
+}

@@ -35,7 +35,7 @@ fn identical_layers_are_one_task_weighted_by_count() {
     assert!(
         p.tasks[0]
             .key
-            .starts_with("onnx_conv2d:N=1,C=4,H=8,W=8,K=4,G=1,R=3,S=3"),
+            .starts_with("onnx_conv2d_hwio:N=1,C=4,H=8,W=8,K=4,G=1,R=3,S=3"),
         "{}",
         p.tasks[0].key
     );

@@ -1,10 +1,19 @@
 //! `Conv` on NCHW images, with groups (depthwise and grouped convolutions), strides,
 //! dilations and asymmetric padding. The bias is not part of the anchor: it is the first term
 //! of the epilogue, so a bias and the activation after it are one fused stage.
+//!
+//! Where the weights are a constant of the model and the convolution has one group, the
+//! kernel reads them laid out `[R, S, C, K]` (output channels last, TensorFlow's HWIO),
+//! transposed once at import: the search can then vectorize along the output channels and
+//! read the weights in place, where ONNX's `[K, C, R, S]` needs a transposing copy in every
+//! run. That copy cost the deep layers of a network the most, whose weights are large beside
+//! their pixels (a 7x7 layer of 512 channels uses each weight 49 times; docs/measurements.md,
+//! "Weights laid out output channels last").
 
 use super::{nchw, pad_stage, pads, pair, Anchor};
-use crate::graph::{Graph, Node};
+use crate::graph::{Data, Graph, Node};
 use crate::ModelError;
+use ndarray::ArrayD;
 use tensortune_schedules::expr::{sum, DType, Expr};
 use tensortune_schedules::te::{Graph as Te, Tensor};
 
@@ -27,6 +36,21 @@ pub struct Conv {
     pub pads: [usize; 4],
     /// Output `[P, Q]`.
     pub out: [usize; 2],
+    /// The constant weights transposed to `[R, S, C, K]`, which the kernel then reads in
+    /// place of the node's weight input (see the module doc); `None` where they are not
+    /// constant or the convolution has groups.
+    pub hwio: Option<HwioWeights>,
+}
+
+/// A convolution's constant weights laid out `[R, S, C, K]`.
+#[derive(Clone, PartialEq)]
+pub struct HwioWeights(pub ArrayD<f32>);
+
+impl std::fmt::Debug for HwioWeights {
+    /// The shape only: the weights of one layer can be megabytes.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "HwioWeights{:?}", self.0.shape())
+    }
 }
 
 impl Conv {
@@ -75,6 +99,17 @@ impl Conv {
             (ph - win[0]) / strides[0] + 1,
             (pw - win[1]) / strides[1] + 1,
         ];
+        let hwio = match graph.constant(node.input(1)?) {
+            Some(Data::F32(kcrs)) if groups == 1 && kcrs.shape() == [k, cg, r, s] => {
+                Some(HwioWeights(
+                    kcrs.view()
+                        .permuted_axes(ndarray::IxDyn(&[2, 3, 1, 0]))
+                        .as_standard_layout()
+                        .into_owned(),
+                ))
+            }
+            _ => None,
+        };
         Ok(Conv {
             input,
             k,
@@ -84,6 +119,7 @@ impl Conv {
             dilations,
             pads,
             out,
+            hwio,
         })
     }
 
@@ -104,8 +140,14 @@ impl Anchor for Conv {
         let [n, c, h, w] = self.input;
         let [r, s] = self.kernel;
         let [t, l, b, rt] = self.pads;
+        // A different kernel (it reads other weights), so another workload.
+        let name = if self.hwio.is_some() {
+            "onnx_conv2d_hwio"
+        } else {
+            "onnx_conv2d"
+        };
         format!(
-            "onnx_conv2d:N={n},C={c},H={h},W={w},K={},G={},R={r},S={s},stride={}x{},dilation={}x{},pad={t}x{l}x{b}x{rt}",
+            "{name}:N={n},C={c},H={h},W={w},K={},G={},R={r},S={s},stride={}x{},dilation={}x{},pad={t}x{l}x{b}x{rt}",
             self.k, self.groups, self.strides[0], self.strides[1], self.dilations[0], self.dilations[1]
         )
     }
@@ -124,7 +166,16 @@ impl Anchor for Conv {
     }
 
     fn inputs(&self) -> usize {
-        2
+        // With HWIO weights the kernel's second input is that constant, not the node's.
+        if self.hwio.is_some() {
+            1
+        } else {
+            2
+        }
+    }
+
+    fn constants(&self) -> Vec<ArrayD<f32>> {
+        self.hwio.iter().map(|w| w.0.clone()).collect()
     }
 
     fn logical(&self, axes: &[Expr]) -> Vec<Expr> {
@@ -142,7 +193,12 @@ impl Anchor for Conv {
         let [r, s] = self.kernel;
         let i = |v: usize| v as i64;
         let data = g.placeholder("data", &[i(n), i(c), i(h), i(w)], DType::F32);
-        let weight = g.placeholder("weight", &[i(self.k), i(cg), i(r), i(s)], DType::F32);
+        let weight_shape = if self.hwio.is_some() {
+            [i(r), i(s), i(cg), i(self.k)]
+        } else {
+            [i(self.k), i(cg), i(r), i(s)]
+        };
+        let weight = g.placeholder("weight", &weight_shape, DType::F32);
         let padded_hw = [
             h + self.pads[0] + self.pads[2],
             w + self.pads[1] + self.pads[3],
@@ -185,11 +241,16 @@ impl Anchor for Conv {
             })
         } else {
             let rc = g.reduce_axis(i(c), "rc");
+            let hwio = self.hwio.is_some();
             g.compute("conv", &shape, &["n", "k", "y", "x"], |ax| {
                 let (y, x) = at(&ax[2], &ax[3]);
+                let w = if hwio {
+                    weight.at([ry.expr(), rx.expr(), rc.expr(), ax[1].clone()])
+                } else {
+                    weight.at([ax[1].clone(), rc.expr(), ry.expr(), rx.expr()])
+                };
                 sum(
-                    padded.at([ax[0].clone(), rc.expr(), y, x])
-                        * weight.at([ax[1].clone(), rc.expr(), ry.expr(), rx.expr()]),
+                    padded.at([ax[0].clone(), rc.expr(), y, x]) * w,
                     [&rc, &ry, &rx],
                 )
             })

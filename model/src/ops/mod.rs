@@ -34,8 +34,9 @@ pub trait Anchor {
     fn build(&self, g: &mut Te) -> (Vec<Tensor>, Tensor);
     /// How many of the node's inputs, from the first, the kernel reads.
     fn inputs(&self) -> usize;
-    /// Tensors the kernel reads after the node's inputs, computed from the op's parameters
-    /// at import (average pooling's divisors).
+    /// Tensors the kernel reads after the node's inputs, computed at import from the op's
+    /// parameters (average pooling's divisors) or from its constant inputs (a convolution's
+    /// weights laid out output channels last).
     fn constants(&self) -> Vec<ndarray::ArrayD<f32>> {
         Vec::new()
     }
