@@ -89,22 +89,87 @@ fn write_project(name: &str, dependency: &str, features: &str) -> PathBuf {
     dir
 }
 
-/// Builds the project offline in `target` and runs its binary from another directory.
-fn build_and_run(dir: &Path, name: &str, target: &Path) {
+/// One offline release build of the project in `target`; `jobs` caps cargo's (and so
+/// XGBoost's cmake's) parallel jobs.
+fn cargo_build(dir: &Path, target: &Path, jobs: Option<u32>) -> std::process::Output {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let out = Command::new(&cargo)
-        .args(["build", "--release", "--offline"])
+    let mut cmd = Command::new(&cargo);
+    cmd.args(["build", "--release", "--offline"])
         .current_dir(dir)
         .env("CARGO_TARGET_DIR", target)
         .env_remove("XGBOOST_LIB_DIR")
-        .env_remove("RUSTFLAGS")
+        .env_remove("RUSTFLAGS");
+    if let Some(j) = jobs {
+        cmd.env("CARGO_BUILD_JOBS", j.to_string());
+    }
+    cmd.output().expect("cargo runs")
+}
+
+/// What a failed build's log says about why, for the end of a panic message (a CI log that
+/// keeps only a long output's head and tail loses a compiler's error in the middle of a
+/// build script's output): the lines that name an error, and the disk and memory left.
+fn failure_summary(stderr: &[u8], target: &Path) -> String {
+    const SIGNS: [&str; 8] = [
+        "error",
+        "no space",
+        "killed",
+        "fatal",
+        "cannot allocate",
+        "out of memory",
+        "signal",
+        "terminated",
+    ];
+    let text = String::from_utf8_lossy(stderr);
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| {
+            let l = l.to_ascii_lowercase();
+            SIGNS.iter().any(|s| l.contains(s))
+        })
+        .collect();
+    let tail = &lines[lines.len().saturating_sub(30)..];
+    let disk = Command::new("df")
+        .arg("-Pk")
+        .arg(target.parent().unwrap_or(target))
         .output()
-        .expect("cargo runs");
-    assert!(
-        out.status.success(),
-        "offline build of {name} failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_else(|e| format!("df failed: {e}"));
+    let memory = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find(|l| l.starts_with("MemAvailable"))
+                .map(str::to_owned)
+        })
+        .unwrap_or_else(|| "MemAvailable unknown".into());
+    format!(
+        "lines naming an error ({} of {}):\n{}\ndisk where the target directory is:\n{disk}{memory}",
+        tail.len(),
+        lines.len(),
+        tail.join("\n")
+    )
+}
+
+/// Builds the project offline in `target` and runs its binary from another directory.
+///
+/// A build that fails is tried once more with one job, the first failure printed: on a
+/// machine short of memory, XGBoost's C++ compiled two files at a time beside rustc can be
+/// killed, which says nothing about whether the project builds. A build that fails twice
+/// fails the test, both failures summed up at the end of the message.
+fn build_and_run(dir: &Path, name: &str, target: &Path) {
+    let mut out = cargo_build(dir, target, None);
+    if !out.status.success() {
+        let first = failure_summary(&out.stderr, target);
+        eprintln!("offline build of {name} failed; once more with one job. In short:\n{first}");
+        out = cargo_build(dir, target, Some(1));
+        assert!(
+            out.status.success(),
+            "offline build of {name} failed twice, the second time with one job:\n{}\n\
+             --- the first failure in short:\n{first}\n--- the second in short:\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            failure_summary(&out.stderr, target)
+        );
+    }
     let run = Command::new(target.join("release").join(name))
         .current_dir(std::env::temp_dir())
         .env("LD_LIBRARY_PATH", "")
