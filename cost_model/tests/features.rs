@@ -157,19 +157,21 @@ fn vectorization_features_differ() {
     assert!(fpc(&vec, rv) > fpc(&plain, rp));
 }
 
-/// Matmul 64³ as `i.0 j.0 k i.1 j.1` with a `ti x tj` register tile: `i.1` unrolled, `j.1`
-/// vectorized.
-fn register_tile(ti: i64, tj: i64) -> ProgramFeatures {
-    let dag = WorkloadSpec::parse("matmul:M=64,N=64,K=64")
-        .unwrap()
-        .build()
-        .unwrap();
+/// `spec` (a matmul) as `i.0 j.0 k i.1 j.1` with a `ti x tj` register tile: `i.1` unrolled,
+/// `j.1` vectorized; costed on `core`.
+fn tile_inside_k(spec: &str, ti: i64, tj: i64, core: &CoreModel) -> ProgramFeatures {
+    let dag = WorkloadSpec::parse(spec).unwrap().build().unwrap();
     let mut s = State::new(&dag);
     s.tile(2, 0, 1, ti, tj).unwrap();
     s.reorder(2, &[0, 1, 4, 2, 3]).unwrap();
     s.unroll(2, 3).unwrap();
     s.vectorize(2, 4).unwrap();
-    features(&s)
+    ProgramFeatures::extract_for(&lower(&s).expect("lowers"), core)
+}
+
+/// Matmul 64³ with a `ti x tj` register tile inside the k loop, on the default core.
+fn register_tile(ti: i64, tj: i64) -> ProgramFeatures {
+    tile_inside_k("matmul:M=64,N=64,K=64", ti, tj, &CoreModel::default())
 }
 
 #[test]
@@ -209,14 +211,7 @@ fn register_tiles_show_in_the_micro_kernel_features() {
 
 /// A 4-row register tile `lanes` wide of matmul M=64, N=`lanes`, K=64, costed on `core`.
 fn wide_tile(lanes: i64, core: &CoreModel) -> ProgramFeatures {
-    let spec = format!("matmul:M=64,N={lanes},K=64");
-    let dag = WorkloadSpec::parse(&spec).unwrap().build().unwrap();
-    let mut s = State::new(&dag);
-    s.tile(2, 0, 1, 4, lanes).unwrap();
-    s.reorder(2, &[0, 1, 4, 2, 3]).unwrap();
-    s.unroll(2, 3).unwrap();
-    s.vectorize(2, 4).unwrap();
-    ProgramFeatures::extract_for(&lower(&s).expect("lowers"), core)
+    tile_inside_k(&format!("matmul:M=64,N={lanes},K=64"), 4, lanes, core)
 }
 
 #[test]
@@ -261,6 +256,87 @@ fn the_micro_kernel_is_costed_in_the_targets_pipe_units() {
         ProgramFeatures::extract(&func),
         ProgramFeatures::extract_for(&func, &CoreModel::default())
     );
+}
+
+/// Matmul M=64, N=K=`n` with a 16-row by 16-lane register tile inside the k loop.
+fn sixteen_rows(n: i64, core: &CoreModel) -> ProgramFeatures {
+    tile_inside_k(&format!("matmul:M=64,N={n},K={n}"), 16, 16, core)
+}
+
+#[test]
+fn rows_a_multiple_of_4_kib_apart_crowd_one_l1_set() {
+    // With K = 1024 floats, the 16 rows of A that the tile reads at one k are 4 KiB apart,
+    // 16 lines in one L1 set of 8 ways (12 on Intel's recent cores): evicted before the next
+    // 15 k use the rest of each line, so every k takes in 16 lines of A. With K = 1008 the
+    // rows fall in 16 sets and a line's 16 floats serve 16 k. Everything else about the two
+    // programs is alike.
+    let intel = CoreModel::for_key("llvm -mcpu=rocketlake -mattr=+avx2,+avx512f,+fma -threads=1");
+    assert_eq!((CoreModel::default().l1_ways, intel.l1_ways), (8, 12));
+    for core in [CoreModel::default(), intel] {
+        let crowded = sixteen_rows(1024, &core);
+        let spread = sixteen_rows(1008, &core);
+        let get = |f: &ProgramFeatures, n: &str| {
+            let v = f64::from(f.get(update_row(f), n).unwrap());
+            v.exp2() - 1.0
+        };
+        let (c, s) = (
+            get(&crowded, "l1_miss_bytes_per_flop"),
+            get(&spread, "l1_miss_bytes_per_flop"),
+        );
+        // Per k and 512 flops: 16 lines of A and one of B against 64 + 64 bytes.
+        assert!(c > 5.0 * s, "crowded {c} against spread {s}");
+        assert!(
+            get(&crowded, "program_cycles_per_flop")
+                > 2.0 * get(&spread, "program_cycles_per_flop")
+        );
+        // The body itself costs the same (within the loop overhead's share of k).
+        let (bc, bs) = (
+            get(&crowded, "body_flops_per_cycle"),
+            get(&spread, "body_flops_per_cycle"),
+        );
+        assert!((bc - bs).abs() < 1e-3 * bs, "{bc} against {bs}");
+    }
+    // Eight rows 4 KiB apart and a line of B fit 12 ways, not 8.
+    let eight = |core: &CoreModel| {
+        let f = tile_inside_k("matmul:M=64,N=1024,K=1024", 8, 16, core);
+        f.get(update_row(&f), "l1_miss_bytes_per_flop").unwrap()
+    };
+    assert!(eight(&CoreModel::default()) > eight(&intel));
+}
+
+/// Matmul M=64, N=K=`n` as `i.0 j.0 k.0 i.1 j.1 k.1 i.2 j.2`: a block of 256 rows of B
+/// (k.1) by 128 columns (j.1 × j.2) reused across the rows of A, a 4-row by 32-lane register
+/// tile in the body.
+fn b_block_of_256_rows(n: i64) -> ProgramFeatures {
+    let dag = WorkloadSpec::parse(&format!("matmul:M=64,N={n},K={n}"))
+        .unwrap()
+        .build()
+        .unwrap();
+    let mut s = State::new(&dag);
+    // i → i.0 (2) i.1 (8) i.2 (4); j → j.0 j.1 (4) j.2 (32); k → k.0 k.1 (256).
+    s.split(2, 0, &[8, 4]).unwrap();
+    s.split(2, 3, &[4, 32]).unwrap();
+    s.split(2, 6, &[256]).unwrap();
+    s.reorder(2, &[0, 3, 6, 1, 4, 7, 2, 5]).unwrap();
+    s.unroll(2, 6).unwrap();
+    s.vectorize(2, 7).unwrap();
+    features(&s)
+}
+
+#[test]
+fn rows_a_multiple_of_128_kib_apart_crowd_one_l2_set() {
+    // 256 rows of B 8 KiB apart (N = 2048) fall on 16 of the L2's set positions, 16 rows
+    // each: with A's rows beside them, more than a set's 16 ways, so the block does not stay
+    // in the L2 while the rows of A pass. 7 KiB apart (N = 1792) they spread over 128
+    // positions, 2 rows each, and the block stays.
+    let get =
+        |f: &ProgramFeatures, n: &str| f64::from(f.get(update_row(f), n).unwrap()).exp2() - 1.0;
+    let (crowded, spread) = (b_block_of_256_rows(2048), b_block_of_256_rows(1792));
+    let (c, s) = (
+        get(&crowded, "l2_miss_bytes_per_flop"),
+        get(&spread, "l2_miss_bytes_per_flop"),
+    );
+    assert!(c > 4.0 * s, "crowded {c} against spread {s}");
 }
 
 #[test]

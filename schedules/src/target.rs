@@ -145,14 +145,19 @@ impl TargetKey {
         }
     }
 
-    /// What the key alone says of a CPU: its widest vectors and its threads (caches unknown).
+    /// What the key alone says of a CPU: its widest vectors, its FMA pipes' and its L1's ways
+    /// (from the CPU's name) and its threads (cache sizes unknown).
     /// `None` for a GPU key, whose description comes from the device, not the key.
     pub fn cpu_desc(&self) -> Option<TargetDesc> {
         match self {
             TargetKey::Llvm(k) => {
                 let bits = k.vector_bits();
-                let unit = vector_unit_bits(k.cpu.as_deref().unwrap_or(""), bits);
-                Some(TargetDesc::cpu(bits, self.threads()).with_vector_unit_bits(unit))
+                let cpu = k.cpu.as_deref().unwrap_or("");
+                Some(
+                    TargetDesc::cpu(bits, self.threads())
+                        .with_vector_unit_bits(vector_unit_bits(cpu, bits))
+                        .with_l1_ways(l1_ways(cpu)),
+                )
             }
             TargetKey::Cuda(_) => None,
         }
@@ -346,6 +351,9 @@ pub struct CpuDesc {
     /// those a half vector costs half a whole one; elsewhere it costs as much, so the search
     /// prefers axes that fill whole vectors.
     pub vector_unit_bits: u32,
+    /// Ways of each of the L1 data cache's 64 sets ([`l1_ways`]): how many lines 4 KiB apart
+    /// it holds at once.
+    pub l1_ways: u32,
     /// Worker threads parallel loops may use (1: no parallel loops).
     pub threads: usize,
     /// Cache sizes, where known.
@@ -457,16 +465,39 @@ pub fn vector_unit_bits(cpu: &str, vector_bits: u32) -> u32 {
     }
 }
 
+/// Ways of the L1 data cache of the CPU LLVM names `cpu`. Every x86 core of the last decade
+/// has 64 sets of 64-byte lines, so lines 4 KiB apart share a set; the ways are the L1's
+/// size over 4 KiB: 12 on Intel's cores from Ice Lake on and on AMD's Zen 5 (48 KiB), 8 on
+/// the others and on an unknown name (32 KiB: Skylake, Zen 1-4).
+pub fn l1_ways(cpu: &str) -> u32 {
+    match cpu {
+        "icelake-client" | "icelake-server" | "tigerlake" | "rocketlake" | "alderlake"
+        | "raptorlake" | "meteorlake" | "arrowlake" | "arrowlake-s" | "lunarlake"
+        | "pantherlake" | "sapphirerapids" | "emeraldrapids" | "graniterapids"
+        | "graniterapids-d" | "diamondrapids" | "znver5" => 12,
+        _ => 8,
+    }
+}
+
 impl TargetDesc {
-    /// A CPU whose vectors are `vector_bits` wide, with FMA pipes as wide, `threads` threads
-    /// and unknown caches.
+    /// A CPU whose vectors are `vector_bits` wide, with FMA pipes as wide, `threads` threads,
+    /// an L1 of 8 ways and unknown cache sizes.
     pub fn cpu(vector_bits: u32, threads: usize) -> TargetDesc {
         TargetDesc::Cpu(CpuDesc {
             vector_bits,
             vector_unit_bits: vector_bits,
+            l1_ways: 8,
             threads: threads.max(1),
             caches: CacheSizes::default(),
         })
+    }
+
+    /// The same CPU with an L1 of `ways` ways a set (at least 1); a GPU unchanged.
+    pub fn with_l1_ways(mut self, ways: u32) -> TargetDesc {
+        if let TargetDesc::Cpu(c) = &mut self {
+            c.l1_ways = ways.max(1);
+        }
+        self
     }
 
     /// The same CPU with FMA pipes `bits` wide (at most its vector width); a GPU unchanged.

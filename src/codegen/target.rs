@@ -93,6 +93,7 @@ impl HostTarget {
                 &self.cpu,
                 self.vector_bits,
             ),
+            l1_ways: tensortune_schedules::target::l1_ways(&self.cpu),
             threads: threads.max(1),
             caches: *host_caches(),
         })

@@ -32,6 +32,19 @@ const ACC_REGISTERS: f64 = 28.0;
 /// `CodegenOptions::llvm_unroll_max_inner` lets LLVM unroll such loops.
 const LLVM_UNROLLED_COPIES: f64 = 16.0;
 const L1_BYTES: f64 = 32768.0;
+/// An x86 L1 has 64 sets: addresses 4 KiB apart share one, and more lines of one set than
+/// its ways (`CoreModel::l1_ways`, 8 on Zen 4, 12 on Intel's recent cores) evict each other.
+const L1_SETS: i64 = 64;
+/// The model core's L2 as sets: 2048 (lines 128 KiB apart share one, as on Zen 4's 1 MiB of
+/// 8 ways and the 2 MiB of 16 of Intel's server cores), of 16 ways. The two cores differ,
+/// and the ways are not in a target key; 16 ranked the records of matmul 2048³ on the Intel
+/// core a little better than 8 and as well elsewhere (docs/measurements.md).
+const L2_SETS: i64 = 2048;
+const L2_WAYS: u32 = 16;
+/// Offsets (bytes, or lines once the loops left move by whole lines) enumerated at most per
+/// access when counting the lines of a set: twice the lines of the model's L2; a larger
+/// count is a level that does not fit anyway.
+const SET_ENUMERATION_CAP: usize = 1 << 15;
 const L2_BYTES: f64 = 1048576.0;
 const L3_BYTES: f64 = 33554432.0;
 /// Bytes a cycle each cache takes in from the level below, sustained.
@@ -642,14 +655,41 @@ impl<'f> Walker<'f> {
                     .map(|u| u.footprint[l] * self.decl_bytes(u.buf).0)
                     .sum()
             };
-            let fit = (0..=n).find(|&l| total(l) <= cap).unwrap_or(n);
-            for u in uses {
+            let mut fit = (0..=n).find(|&l| total(l) <= cap).unwrap_or(n);
+            // A level that fits a cache by size may not by sets: rows a multiple of 4 KiB
+            // apart (a matrix of 1024 or 2048 floats a row) all land in one L1 set, rows
+            // 128 KiB apart in one L2 set, and more of them than a set has ways evict each
+            // other between two uses. Such a level does not fit; the cache then takes in
+            // whole lines at the first level inward (at most the body) whose lines do, where
+            // counting bytes assumed each line's other elements were used before it left.
+            let sets = [(L1_SETS, self.core.l1_ways), (L2_SETS, L2_WAYS)];
+            let mut lines: Option<Vec<f64>> = None;
+            if let Some(&(sets, ways)) = sets.get(slot).filter(|_| fit <= b) {
+                let mut l = fit;
+                // Accumulators kept in registers are not in the cache while the body runs.
+                let skip = in_regs.then_some(write.buf);
+                let mut crowded = self.crowds(uses, dims, l, skip, sets, ways);
+                while crowded && l < b {
+                    l += 1;
+                    crowded = self.crowds(uses, dims, l, skip, sets, ways);
+                }
+                if l != fit || crowded {
+                    lines = Some(self.lines_at(uses, dims, l));
+                    fit = l;
+                }
+            }
+            for (i, u) in uses.iter().enumerate() {
                 let mut k = fit;
                 while k > 0 && !u.pattern.moves(k - 1) {
                     k -= 1;
                 }
                 let outer: f64 = dims[..k].iter().map(|d| d.extent as f64).product();
-                miss[slot] += u.footprint[fit] * self.decl_bytes(u.buf).0 * outer;
+                let bytes = u.footprint[fit] * self.decl_bytes(u.buf).0;
+                let bytes = match &lines {
+                    Some(v) => bytes.max(v[i] * CACHE_LINE),
+                    None => bytes,
+                };
+                miss[slot] += bytes * outer;
             }
         }
         let memory = (miss[0] / L2_BYTES_PER_CYCLE)
@@ -673,6 +713,79 @@ impl<'f> Walker<'f> {
         out[12] = cycles / total;
         // out[13] (`PROGRAM_CYCLES_PER_FLOP`): filled in once every row is known.
         cycles
+    }
+
+    /// Whether the lines the uses touch in one run of the loops from `level` inward crowd a
+    /// set of a cache of `sets` sets beyond its `ways`. Buffers are taken to start on the
+    /// same set (the runtime's large buffers start on a huge page). Temporaries in local
+    /// scope (registers and the stack), the buffer `skip` and accesses that do not enumerate
+    /// (not affine in some loop, or too many offsets) are left out.
+    fn crowds(
+        &self,
+        uses: &[BufferUse],
+        dims: &[LoopDim],
+        level: usize,
+        skip: Option<BufId>,
+        sets: i64,
+        ways: u32,
+    ) -> bool {
+        let counted: Vec<&BufferUse> = uses
+            .iter()
+            .filter(|u| !self.is_local(u.buf) && skip != Some(u.buf))
+            .collect();
+        // A range of bytes meets each set at most once per period of the cache's sets and
+        // once more for its ends: ranges that cannot crowd a set need no enumeration, which
+        // is most of them (and saves the search the cost).
+        let period = (sets as f64) * CACHE_LINE;
+        let bound: f64 = counted
+            .iter()
+            .map(|u| {
+                let span: f64 = (level..dims.len())
+                    .map(|j| u.pattern.span.get(j).map_or(0.0, |s| *s as f64))
+                    .sum();
+                ((span + 1.0) * self.decl_bytes(u.buf).0 / period).ceil() + 1.0
+            })
+            .sum();
+        if bound <= f64::from(ways) {
+            return false;
+        }
+        let mut per_set = vec![0u32; sets as usize];
+        for u in counted {
+            let Some(touched) = lines_touched(&u.pattern, dims, level, self.decl_bytes(u.buf).0)
+            else {
+                continue;
+            };
+            for line in &touched {
+                let set = &mut per_set[line.rem_euclid(sets) as usize];
+                *set += 1;
+                if *set > ways {
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
+    /// Whether `buf` is a temporary in local scope (registers or the stack).
+    fn is_local(&self, buf: BufId) -> bool {
+        self.func
+            .buffers
+            .get(buf.0 as usize)
+            .is_some_and(|d| d.scope == Scope::Local)
+    }
+
+    /// The lines each use touches in one run of the loops from `level` inward (0 for local
+    /// temporaries and where they do not enumerate).
+    fn lines_at(&self, uses: &[BufferUse], dims: &[LoopDim], level: usize) -> Vec<f64> {
+        uses.iter()
+            .map(|u| {
+                if self.is_local(u.buf) {
+                    return 0.0;
+                }
+                lines_touched(&u.pattern, dims, level, self.decl_bytes(u.buf).0)
+                    .map_or(0.0, |v| v.len() as f64)
+            })
+            .collect()
     }
 
     fn buffer_features(&self, u: &BufferUse, dims: &[LoopDim], execs: f64, out: &mut [f64]) {
@@ -774,6 +887,65 @@ fn lines_of(p: &AccessPattern, dims: &[LoopDim], execs: f64, elem: f64) -> f64 {
         }
         None => 1.0,
     }
+}
+
+/// The distinct 64-byte lines (numbered from the buffer's start) that one run of the loops
+/// from `level` inward touches, or `None` when the index is not affine in one of them (its
+/// span is not its stride times its extent less one: a fused loop's floor-div or mod) or
+/// there are more than [`SET_ENUMERATION_CAP`] offsets to hold.
+///
+/// The loops are taken innermost first, offsets in bytes until every loop left moves by
+/// whole lines, then in lines: a level as large as an L2 holds its lines, not its bytes.
+fn lines_touched(p: &AccessPattern, dims: &[LoopDim], level: usize, elem: f64) -> Option<Vec<i64>> {
+    let line = CACHE_LINE as i64;
+    let mut steps: Vec<(i64, i64)> = Vec::new();
+    for (j, d) in dims.iter().enumerate().skip(level) {
+        let stride = p.stride.get(j).copied().unwrap_or(0);
+        let span = p.span.get(j).copied().unwrap_or(0);
+        if stride == 0 && span == 0 {
+            continue;
+        }
+        if stride.checked_mul(d.extent - 1)?.checked_abs()? != span {
+            return None;
+        }
+        steps.push((stride.checked_mul(elem as i64)?, d.extent));
+    }
+    let mut offsets = vec![0i64];
+    let mut in_lines = false;
+    for k in (0..steps.len()).rev() {
+        if !in_lines && steps[..=k].iter().all(|(s, _)| s % line == 0) {
+            offsets = to_lines(&offsets);
+            in_lines = true;
+        }
+        let (step, extent) = steps[k];
+        let step = if in_lines { step / line } else { step };
+        let n = usize::try_from(extent).ok()?;
+        if offsets.len().checked_mul(n)? > SET_ENUMERATION_CAP {
+            return None;
+        }
+        let mut next = Vec::with_capacity(offsets.len() * n);
+        for &o in &offsets {
+            next.extend((0..extent).map(|i| o.wrapping_add(i.wrapping_mul(step))));
+        }
+        next.sort_unstable();
+        next.dedup();
+        offsets = next;
+    }
+    Some(if in_lines {
+        offsets
+    } else {
+        to_lines(&offsets)
+    })
+}
+
+/// Sorted byte offsets to the distinct lines they fall in.
+fn to_lines(offsets: &[i64]) -> Vec<i64> {
+    let mut lines: Vec<i64> = offsets
+        .iter()
+        .map(|o| o.div_euclid(CACHE_LINE as i64))
+        .collect();
+    lines.dedup();
+    lines
 }
 
 /// Calls `f` on every sub-expression with the borrow of the tree (so the caller may keep

@@ -41,6 +41,8 @@ pub struct CoreModel {
     pub vector_bytes: f64,
     /// Bytes one FMA pipe, load port or store port takes a cycle (half a register on Zen 4).
     pub unit_bytes: f64,
+    /// Ways of each of the L1's 64 sets: more lines 4 KiB apart than this evict each other.
+    pub l1_ways: u32,
 }
 
 impl Default for CoreModel {
@@ -50,6 +52,7 @@ impl Default for CoreModel {
         CoreModel {
             vector_bytes: 64.0,
             unit_bytes: 32.0,
+            l1_ways: 8,
         }
     }
 }
@@ -65,6 +68,7 @@ impl CoreModel {
                 CoreModel {
                     vector_bytes,
                     unit_bytes: unit.min(vector_bytes),
+                    l1_ways: c.l1_ways.max(1),
                 }
             }
             TargetDesc::Cuda(_) => CoreModel::default(),

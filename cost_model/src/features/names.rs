@@ -29,7 +29,13 @@
 //! beyond 28 registers spill, so every update then loads and stores. A cache takes in, per
 //! iteration of the loops outside the outermost level whose footprint fits it (32 KiB,
 //! 1 MiB, 32 MiB), that level's footprint of each buffer, except over the loops right
-//! outside that do not move the buffer. Cycles of a store: the most of
+//! outside that do not move the buffer. A level fits the L1 or the L2 only if its lines also
+//! fit the cache's sets (the L1: 64 sets of `CoreModel::l1_ways` ways, lines 4 KiB apart
+//! sharing one; the L2: 2048 sets of 16 ways, 128 KiB apart; buffers taken to start on the
+//! same set, accumulators kept in registers left out): where lines crowd a set, the cache
+//! takes in whole lines at the first level inward whose lines do fit, at most the body's (a
+//! 16-row tile of a matrix 1024 floats wide fetches 16 lines of it per reduction step, not
+//! 64 bytes). Cycles of a store: the most of
 //! its bodies' cycles and its misses at 16, 8 and 8 bytes a cycle. These constants are one
 //! core's; the model is trained per target, so on another the trees move their thresholds.
 //!
