@@ -145,8 +145,8 @@ impl TargetKey {
         }
     }
 
-    /// What the key alone says of a CPU: its widest vectors, its FMA pipes' and its L1's ways
-    /// (from the CPU's name) and its threads (cache sizes unknown).
+    /// What the key alone says of a CPU: its widest vectors, the width of its FMA pipes and
+    /// the ways of its L1 (both from the CPU's name), and its threads (cache sizes unknown).
     /// `None` for a GPU key, whose description comes from the device, not the key.
     pub fn cpu_desc(&self) -> Option<TargetDesc> {
         match self {
