@@ -37,8 +37,8 @@ const L1_BYTES: f64 = 32768.0;
 const L1_SETS: i64 = 64;
 /// The model core's L2 as sets: 2048 (lines 128 KiB apart share one, as on Zen 4's 1 MiB of
 /// 8 ways and the 2 MiB of 16 of Intel's server cores), of 16 ways. The two cores differ,
-/// and the ways are not in a target key; 16 ranked the records of matmul 2048³ on the Intel
-/// core a little better than 8 and as well elsewhere (docs/measurements.md).
+/// and the ways are not in a target key; 16 ranked the records of matmul 2048³ on an Intel
+/// core a little better than 8 (docs/measurements.md).
 const L2_SETS: i64 = 2048;
 const L2_WAYS: u32 = 16;
 /// Offsets (bytes, or lines once the loops left move by whole lines) enumerated at most per
@@ -662,9 +662,9 @@ impl<'f> Walker<'f> {
             // other between two uses. Such a level does not fit; the cache then takes in
             // whole lines at the first level inward (at most the body) whose lines do, where
             // counting bytes assumed each line's other elements were used before it left.
-            let sets = [(L1_SETS, self.core.l1_ways), (L2_SETS, L2_WAYS)];
+            let caches = [(L1_SETS, self.core.l1_ways), (L2_SETS, L2_WAYS)];
             let mut lines: Option<Vec<f64>> = None;
-            if let Some(&(sets, ways)) = sets.get(slot).filter(|_| fit <= b) {
+            if let Some(&(sets, ways)) = caches.get(slot).filter(|_| fit <= b) {
                 let mut l = fit;
                 // Accumulators kept in registers are not in the cache while the body runs.
                 let skip = in_regs.then_some(write.buf);
