@@ -829,16 +829,17 @@ fn unrolling_is_capped_by_the_copies_of_a_whole_nest() {
     }
 }
 
-/// `C[0..n) = 2 A` in rows of 16 lanes (aligned lines), then `C[n + 4 .. n + 20) = 2 B` as one
-/// 16-lane vector a quarter line off (and `C[n .. n + 4) = 0`), the rows' loop of `kind`.
-fn two_alignments(rows: i64, kind: ForKind) -> LoweredFunc {
-    let n = rows * 16;
+/// `C[0..n) = 2 A` in rows of `lanes` lanes (aligned lines, or halves of them), then
+/// `C[n + 4 .. n + 4 + lanes) = 2 B` as one vector a quarter line off (and `C[n .. n + 4) =
+/// 0`), the rows' loop of `kind`.
+fn two_alignments(rows: i64, kind: ForKind, lanes: i64) -> LoweredFunc {
+    let n = rows * lanes;
     let mut b = Builder::new();
     let a = b.input("A", DType::F32, &[n]);
-    let bb = b.input("B", DType::F32, &[16]);
-    let c = b.output("C", DType::F32, &[n + 20]);
+    let bb = b.input("B", DType::F32, &[lanes]);
+    let c = b.output("C", DType::F32, &[n + 4 + lanes]);
     let (i, j, k, z) = (b.var("i"), b.var("j"), b.var("k"), b.var("z"));
-    let at = add(mul(v(&i), int(16)), v(&j));
+    let at = add(mul(v(&i), int(lanes)), v(&j));
     let two = |e: Expr| mul(e, Expr::f32(2.0));
     let lines = for_(
         &i,
@@ -846,14 +847,14 @@ fn two_alignments(rows: i64, kind: ForKind) -> LoweredFunc {
         kind,
         for_(
             &j,
-            16,
+            lanes,
             ForKind::Vectorized,
             st(c, at.clone(), two(ld(a, DType::F32, at))),
         ),
     );
     let off = for_(
         &k,
-        16,
+        lanes,
         ForKind::Vectorized,
         st(c, add(v(&k), int(n + 4)), two(ld(bb, DType::F32, v(&k)))),
     );
@@ -866,9 +867,10 @@ fn two_alignments(rows: i64, kind: ForKind) -> LoweredFunc {
     b.finish("two_alignments", Stmt::seq(vec![lines, zero, off]))
 }
 
-/// Whole-line vector stores to an output the kernel never reads are non-temporal past the
-/// threshold (each checked for alignment at run time, an `sfence` at the end of the kernel
-/// and of each parallel part), and the results are the same either way.
+/// Vector stores of whole lines, or of halves of lines, to an output the kernel never reads
+/// are non-temporal past the threshold (each checked for alignment to its size at run time,
+/// an `sfence` at the end of the kernel and of each parallel part), and the results are the
+/// same either way.
 #[test]
 fn nontemporal_stores_of_unread_outputs() {
     let host = tensortune::codegen::HostTarget::host();
@@ -881,15 +883,25 @@ fn nontemporal_stores_of_unread_outputs() {
         ..CodegenOptions::default()
     };
     let rows = 6;
-    let a: Vec<f32> = (0..rows * 16).map(|x| x as f32 * 0.5 - 3.0).collect();
-    let bv: Vec<f32> = (0..16).map(|x| 100.0 + x as f32).collect();
-    let mut want: Vec<f32> = a.iter().map(|x| 2.0 * x).collect();
-    want.extend([0.0; 4]);
-    want.extend(bv.iter().map(|x| 2.0 * x));
-    for kind in [ForKind::Serial, ForKind::Parallel] {
-        let f = two_alignments(rows, kind);
+    for (kind, lanes) in [
+        (ForKind::Serial, 16),
+        (ForKind::Parallel, 16),
+        (ForKind::Serial, 8),
+    ] {
+        let a: Vec<f32> = (0..rows * lanes).map(|x| x as f32 * 0.5 - 3.0).collect();
+        let bv: Vec<f32> = (0..lanes).map(|x| 100.0 + x as f32).collect();
+        let mut want: Vec<f32> = a.iter().map(|x| 2.0 * x).collect();
+        want.extend([0.0; 4]);
+        want.extend(bv.iter().map(|x| 2.0 * x));
+        let f = two_alignments(rows, kind, lanes);
         let ir = tensortune::codegen::llvm::emit_llvm_ir(&f, &always).expect("ir");
-        assert!(ir.contains("!nontemporal"), "{ir}");
+        let nt = format!("store <{lanes} x float>");
+        let align = format!("align {}", lanes * 4);
+        assert!(
+            ir.lines()
+                .any(|l| l.contains(&nt) && l.contains(&align) && l.contains("!nontemporal")),
+            "{ir}"
+        );
         let fences = ir.matches("call void @llvm.x86.sse.sfence").count();
         let parts = if kind == ForKind::Parallel { 2 } else { 1 };
         assert_eq!(fences, parts, "{ir}");
@@ -902,8 +914,8 @@ fn nontemporal_stores_of_unread_outputs() {
         for opts in [&always, &CodegenOptions::default()] {
             let k = Kernel::compile_with(&f, opts).expect("compile");
             let ins = [
-                NdData::new(vec![rows * 16], Data::F32(a.clone())).expect("a"),
-                NdData::new(vec![16], Data::F32(bv.clone())).expect("b"),
+                NdData::new(vec![rows * lanes], Data::F32(a.clone())).expect("a"),
+                NdData::new(vec![lanes], Data::F32(bv.clone())).expect("b"),
             ];
             let rt = Runtime::new(2).expect("runtime");
             let got = k.run_nd(&rt, &ins).expect("run");

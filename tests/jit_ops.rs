@@ -125,7 +125,7 @@ fn census(s: &Stmt, in_vector: bool, seen: &mut Seen) {
         }
         Stmt::Allocate { body, .. } => census(body, in_vector, seen),
         Stmt::Seq(v) => v.iter().for_each(|x| census(x, in_vector, seen)),
-        Stmt::Store { .. } | Stmt::Shuffle { .. } | Stmt::Sync => {}
+        Stmt::Store { .. } | Stmt::Shuffle { .. } | Stmt::Sync | Stmt::Prefetch { .. } => {}
     }
 }
 
@@ -168,6 +168,51 @@ fn hand_matmul_schedule_is_correct() {
             seen.vectorized >= 2 && seen.unrolled >= 1,
             "{spec}: {seen:?}\n{f}"
         );
+    }
+}
+
+/// A softmax computed a row at a time whose `exp` prefetches the input's next row (the
+/// search's row-wise sketch with its prefetch hole at 1): the output matches the evaluator,
+/// the last row's prefetch past the end of the input faults nothing, and the assembly has
+/// the instruction (x86's `prefetcht0`, from `llvm.prefetch` with the highest locality):
+/// once per 16 floats, so four for a vector of 64 (one vector, four cache lines).
+#[test]
+fn next_row_prefetch_runs_and_matches() {
+    // softmax: 0 X, 1 row_max, 2 exp, 3 row_sum, 4 Y.
+    for (spec, lanes) in [
+        ("softmax:M=5,N=37", 16),
+        ("softmax:M=3,N=64", 16),
+        ("softmax:M=4,N=128", 64),
+    ] {
+        let d = dag(spec);
+        let mut s = State::new(&d);
+        let sched = |s: &mut State| -> Result<(), tensortune_schedules::schedule::ScheduleError> {
+            s.compute_at(3, 4, 0)?;
+            s.split(2, 1, &[lanes])?;
+            s.compute_at(2, 4, 0)?;
+            s.compute_at(1, 4, 0)?;
+            s.vectorize(2, 2)?;
+            s.prefetch(2, 0, 0, 1)
+        };
+        sched(&mut s).unwrap_or_else(|e| panic!("{spec}: {e}"));
+        let f = check(spec, &d, &s, 11, 1);
+        let vectors = (d.op(d.outputs()[0]).shape[1] + lanes - 1) / lanes;
+        let opts = tensortune::codegen::CodegenOptions::default();
+        let ir = tensortune::codegen::llvm::emit_llvm_ir(&f, &opts).expect("ir");
+        assert!(
+            ir.contains("@llvm.prefetch"),
+            "{spec}: no prefetch in\n{ir}"
+        );
+        if cfg!(target_arch = "x86_64") {
+            let asm = tensortune::codegen::llvm::emit_asm(&f, &opts).expect("asm");
+            let n = asm.matches("prefetcht0").count() as i64;
+            // At least one per line of a vector (the loop over vectors may be unrolled).
+            assert!(n >= lanes / 16, "{spec}: {n} prefetcht0 in\n{asm}");
+            assert!(
+                n <= vectors * lanes / 16,
+                "{spec}: {n} prefetcht0 in\n{asm}"
+            );
+        }
     }
 }
 

@@ -233,7 +233,8 @@ impl Machine<'_> {
                 }
             }
             Stmt::Seq(v) => v.iter().try_for_each(|x| self.run(x)),
-            Stmt::Sync => Ok(()),
+            // A hint: it reads and writes nothing.
+            Stmt::Sync | Stmt::Prefetch { .. } => Ok(()),
             // One thread has no warp to exchange with.
             Stmt::Shuffle { .. } => Err(EvalError::Unsupported(
                 "a warp shuffle runs only on a GPU (the lockstep interpreter runs it)".into(),

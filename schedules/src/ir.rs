@@ -10,7 +10,8 @@
 //!   buffer is introduced by exactly one [`Stmt::Allocate`], is live only inside its body, and
 //!   starts uninitialized.
 //! - Every index of a `Store` or `BufLoad` lies in `[0, size)` of its buffer for every
-//!   iteration that reaches it (guards make this so for non-divisible splits).
+//!   iteration that reaches it (guards make this so for non-divisible splits). A
+//!   [`Stmt::Prefetch`]'s index may lie outside: it accesses nothing.
 //! - Loop variables are numbered densely `0..num_vars` within one function, and each is bound
 //!   by exactly one `For`.
 
@@ -225,6 +226,17 @@ pub enum Stmt {
         /// The partner's lane is this lane XOR `lane_xor`, below 32.
         lane_xor: u32,
     },
+    /// A hint to bring the cache line of `buf[index]` into the L1 cache ahead of its use
+    /// (`Step::Prefetch`). It reads and writes nothing, so `index` may lie outside the
+    /// buffer (the row after the last): the CPU instruction never faults. Inside a
+    /// vectorized loop it fetches every line the lanes' elements lie on. The interpreters
+    /// and the GPU code generator skip it.
+    Prefetch {
+        /// Buffer whose line is fetched.
+        buf: BufId,
+        /// Element offset (in or out of the buffer).
+        index: Expr,
+    },
 }
 
 /// One lowered kernel.
@@ -264,7 +276,7 @@ impl Stmt {
                 .unrolled_copies()
                 .saturating_add(otherwise.as_deref().map_or(0, Stmt::unrolled_copies)),
             Stmt::Allocate { body, .. } => body.unrolled_copies(),
-            Stmt::Store { .. } | Stmt::Shuffle { .. } | Stmt::Sync => 1,
+            Stmt::Store { .. } | Stmt::Shuffle { .. } | Stmt::Sync | Stmt::Prefetch { .. } => 1,
         }
     }
 }
@@ -291,7 +303,7 @@ impl Stmt {
                 }
             }
             Stmt::Seq(v) => v.iter().for_each(|s| s.visit(f)),
-            Stmt::Store { .. } | Stmt::Shuffle { .. } | Stmt::Sync => {}
+            Stmt::Store { .. } | Stmt::Shuffle { .. } | Stmt::Sync | Stmt::Prefetch { .. } => {}
         }
     }
 
@@ -324,7 +336,9 @@ impl Stmt {
                 otherwise: otherwise.as_ref().map(|o| Box::new(f(o))),
             },
             Stmt::Seq(v) => Stmt::Seq(v.iter().map(f).collect()),
-            Stmt::Store { .. } | Stmt::Shuffle { .. } | Stmt::Sync => self.clone(),
+            Stmt::Store { .. } | Stmt::Shuffle { .. } | Stmt::Sync | Stmt::Prefetch { .. } => {
+                self.clone()
+            }
         }
     }
 
@@ -347,6 +361,10 @@ impl Stmt {
                 index: f(index),
                 value: f(value),
                 lane_xor: *lane_xor,
+            },
+            Stmt::Prefetch { buf, index } => Stmt::Prefetch {
+                buf: *buf,
+                index: f(index),
             },
             Stmt::If {
                 cond,
@@ -462,6 +480,11 @@ impl StmtPrinter<'_> {
             }
             Stmt::Seq(v) => v.iter().for_each(|s| self.stmt(s, depth, out)),
             Stmt::Sync => out.push_str(&format!("{pad}sync_threads()\n")),
+            Stmt::Prefetch { buf, index } => out.push_str(&format!(
+                "{pad}prefetch {}[{}]\n",
+                self.func.buffer(*buf).name,
+                self.expr(index)
+            )),
         }
     }
 }

@@ -214,6 +214,24 @@ pub fn random_step(state: &State, rng: &mut Rng) -> Option<Step> {
                     iter: 0,
                     max_step: rng.pick(&[0, 16, 64, 512])?,
                 }
+            } else if rng.chance(0.4) {
+                // Mostly an input (the tensors a prefetch fetches), sometimes any stage.
+                let inputs: Vec<u32> = state
+                    .inputs()
+                    .iter()
+                    .filter_map(|t| state.position_of(*t).map(|p| p as u32))
+                    .collect();
+                let tensor = match rng.pick(&inputs) {
+                    Some(t) if rng.chance(0.8) => t,
+                    _ => rng.below(state.stages().len() as u64) as u32,
+                };
+                let axes = s.op.shape.len() + s.op.reduce_axes().len();
+                Step::Prefetch {
+                    stage,
+                    tensor,
+                    axis: rng.below(axes.max(1) as u64) as u32,
+                    offset: rng.pick(&[1, 1, 2, -1, 64])?,
+                }
             } else {
                 Step::Annotate {
                     stage,

@@ -506,6 +506,10 @@ impl Simplifier {
                 index: self.expr(index),
                 value: self.expr(value),
             },
+            Stmt::Prefetch { buf, index } => Stmt::Prefetch {
+                buf: *buf,
+                index: self.expr(index),
+            },
             Stmt::Allocate { buf, body } => Stmt::Allocate {
                 buf: *buf,
                 body: Box::new(self.stmt(body)),

@@ -149,7 +149,27 @@ pub enum Step {
         /// The step limit (0 disables).
         max_step: u32,
     },
+    /// In the stage's innermost body, prefetch the elements of tensor `tensor` that the body
+    /// reads `offset` further along the stage's axis `axis` (a spatial axis, then the reduce
+    /// axes, in the op's order; a property of the computation, so later splits and fuses
+    /// keep it): `axis` 0 and `offset` 1 of a row-wise stage fetch the next row while this
+    /// one computes. Only tensors in global memory (inputs, outputs and root stages) are
+    /// fetched; a stage that does not read `tensor` fetches nothing. TVM's `prefetch`, on an
+    /// axis of the computation rather than a loop.
+    Prefetch {
+        /// Stage position.
+        stage: u32,
+        /// Stage position of the tensor fetched.
+        tensor: u32,
+        /// The axis moved: spatial axes first, then reduce axes.
+        axis: u32,
+        /// How far along it, nonzero, at most [`MAX_PREFETCH_OFFSET`] either way.
+        offset: i64,
+    },
 }
+
+/// The farthest a [`Step::Prefetch`] looks ahead (or back) along its axis.
+pub const MAX_PREFETCH_OFFSET: i64 = 1 << 16;
 
 /// A sequence of steps, and where a search produced it, the sketch and decisions behind it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -296,6 +316,12 @@ impl fmt::Display for Step {
                 iter,
                 max_step,
             } => write!(f, "auto_unroll_max_step(s{stage}, l{iter}, {max_step})"),
+            Step::Prefetch {
+                stage,
+                tensor,
+                axis,
+                offset,
+            } => write!(f, "prefetch(s{stage}, s{tensor}, axis {axis}, {offset:+})"),
         }
     }
 }

@@ -140,6 +140,25 @@ impl Verifier<'_> {
                 Ok(())
             }
             Stmt::Seq(v) => v.iter().try_for_each(|x| self.stmt(x, in_vector)),
+            // Its index may lie outside the buffer (it accesses nothing), but the buffer
+            // must be one the function can name there.
+            Stmt::Prefetch { buf, index } => {
+                let decl = self
+                    .f
+                    .buffers
+                    .get(buf.0 as usize)
+                    .ok_or_else(|| format!("prefetch of unknown buffer #{}", buf.0))?;
+                if !self.live.contains(buf) {
+                    return Err(format!(
+                        "prefetch of `{}` outside its allocation",
+                        decl.name
+                    ));
+                }
+                if !self.expr(index)?.is_int() {
+                    return Err(format!("non-integer prefetch index into `{}`", decl.name));
+                }
+                Ok(())
+            }
             Stmt::Shuffle {
                 buf,
                 index,

@@ -3,10 +3,14 @@
 
 mod common;
 use common::{check_state, dag};
-use tensortune_schedules::ir::{Scope, ThreadAxis};
-use tensortune_schedules::schedule::State;
+use tensortune_schedules::ir::{LoweredFunc, Scope, Stmt, ThreadAxis};
+use tensortune_schedules::lower::lower;
+use tensortune_schedules::schedule::{ScheduleError, State};
+use tensortune_schedules::simplify::Simplifier;
+use tensortune_schedules::trace::Trace;
+use tensortune_schedules::{BufId, Expr};
 
-type Sched = fn(&mut State) -> Result<(), tensortune_schedules::schedule::ScheduleError>;
+type Sched = fn(&mut State) -> Result<(), ScheduleError>;
 
 fn run_all(spec: &str, schedules: &[(&str, Sched)]) {
     let d = dag(spec);
@@ -174,6 +178,76 @@ fn conv_family() {
     );
 }
 
+/// Softmax one row at a time (softmax: 0 X, 1 row_max, 2 exp, 3 row_sum, 4 Y), `exp`
+/// vectorized.
+fn row_at_a_time(s: &mut State) -> Result<(), ScheduleError> {
+    s.compute_at(3, 4, 0)?;
+    s.split(2, 1, &[4])?;
+    s.compute_at(2, 4, 0)?;
+    s.compute_at(1, 4, 0)?;
+    s.vectorize(2, 2)
+}
+
+/// [`row_at_a_time`], `exp` prefetching the input's next row.
+fn row_at_a_time_prefetched(s: &mut State) -> Result<(), ScheduleError> {
+    row_at_a_time(s)?;
+    s.prefetch(2, 0, 0, 1)
+}
+
+/// The prefetches of a lowered function, and the indices of `exp`'s loads of the input.
+fn prefetches_and_reads(f: &LoweredFunc) -> (Vec<(BufId, Expr)>, Vec<Expr>) {
+    let x = f.params[0];
+    let (mut fetched, mut read) = (Vec::new(), Vec::new());
+    f.body.visit(&mut |st| match st {
+        Stmt::Prefetch { buf, index } => fetched.push((*buf, index.clone())),
+        Stmt::Store { buf, value, .. } if f.buffer(*buf).name == "exp" => value.visit(&mut |e| {
+            if let Expr::BufLoad { buf, index, .. } = e {
+                if *buf == x {
+                    read.push((**index).clone());
+                }
+            }
+        }),
+        _ => {}
+    });
+    (fetched, read)
+}
+
+/// The prefetch reads the element the body reads, one row (`N` elements) further: the last
+/// row's lies past the input, which lowering and the verifier accept.
+#[test]
+fn prefetch_fetches_the_next_row() {
+    let d = dag("softmax:M=5,N=11");
+    let mut s = State::new(&d);
+    row_at_a_time_prefetched(&mut s).unwrap();
+    let f = lower(&s).unwrap();
+    let (fetched, read) = prefetches_and_reads(&f);
+    assert_eq!(fetched.len(), 1, "{f}");
+    assert_eq!(read.len(), 1, "{f}");
+    assert_eq!(fetched[0].0, f.params[0], "{f}");
+    let gap = Simplifier::default().expr(&(fetched[0].1.clone() - read[0].clone()));
+    assert_eq!(
+        gap.as_int(),
+        Some(11),
+        "{} against {}\n{f}",
+        fetched[0].1,
+        read[0]
+    );
+    assert!(f.to_string().contains("prefetch X["), "{f}");
+    // The same program without the step has none; with it, the trace says so.
+    let mut plain = State::new(&d);
+    row_at_a_time(&mut plain).unwrap();
+    let (none, _) = prefetches_and_reads(&lower(&plain).unwrap());
+    assert!(none.is_empty());
+    assert!(s
+        .trace()
+        .to_string()
+        .contains("prefetch(s2, s0, axis 0, +1)"));
+    // A trace with the step survives JSON and replays to the same program.
+    let json = serde_json::to_string(s.trace()).unwrap();
+    let again = Trace::from_json(&json).unwrap().replay(&d).unwrap();
+    assert_eq!(lower(&again).unwrap().to_string(), f.to_string());
+}
+
 // softmax: 0 X, 1 row_max, 2 exp, 3 row_sum, 4 Y
 #[test]
 fn reduction_family() {
@@ -200,6 +274,15 @@ fn reduction_family() {
         ("cache_write the sum", |s| {
             let l = s.cache_write(3, Scope::Local)?; // 3 row_sum.local, 4 row_sum
             s.compute_at(l, 4, 0)
+        }),
+        ("rows, the next one prefetched", row_at_a_time_prefetched),
+        ("prefetches of every kind", |s| {
+            // Back along the row, ahead along the reduce axis, and of a computed stage (left
+            // out: it is not in global memory once attached).
+            s.prefetch(2, 0, 1, -3)?;
+            s.prefetch(1, 0, 1, 2)?;
+            s.compute_at(1, 2, 0)?;
+            s.prefetch(2, 1, 0, 1)
         }),
     ];
     run_all("softmax:M=5,N=11", sm);

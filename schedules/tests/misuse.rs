@@ -18,6 +18,29 @@ fn matmul() -> (ComputeDag, State) {
 }
 
 #[test]
+fn prefetches_that_do_not_apply() {
+    // matmul: 0 A, 1 B, 2 C; axes of C: i, j, then k.
+    let (_, mut s) = matmul();
+    let before = s.clone();
+    let bad = |r: Result<(), E>| matches!(r, Err(E::BadPrefetch { .. }));
+    assert!(bad(s.prefetch(2, 0, 0, 0)), "offset 0");
+    assert!(bad(s.prefetch(2, 0, 0, (1 << 16) + 1)), "too far ahead");
+    assert!(bad(s.prefetch(2, 0, 0, i64::MIN)), "too far back");
+    assert!(bad(s.prefetch(2, 0, 3, 1)), "no axis 3");
+    assert!(bad(s.prefetch(2, 2, 0, 1)), "its own output");
+    assert!(matches!(s.prefetch(0, 1, 0, 1), Err(E::Placeholder { .. })));
+    assert!(matches!(s.prefetch(2, 7, 0, 1), Err(E::NoSuchStage { .. })));
+    assert_eq!(s, before, "a failed primitive leaves the state unchanged");
+    // The reduce axis counts; a second prefetch of the same tensor and axis replaces the first.
+    s.prefetch(2, 0, 2, 1).expect("k is axis 2");
+    s.prefetch(2, 0, 2, 4).expect("replaced");
+    s.prefetch(2, 1, 2, 1).expect("another tensor");
+    let hints = &s.stages()[2].prefetch;
+    assert_eq!(hints.len(), 2, "{hints:?}");
+    assert_eq!((hints[0].axis, hints[0].offset), (2, 4));
+}
+
+#[test]
 fn fuse_of_non_adjacent_loops() {
     let (_, mut s) = matmul();
     let before = s.clone();
@@ -407,6 +430,7 @@ fn malformed_traces_never_panic() {
         r#"{"op":"annotate","stage":S,"iter":I,"annotation":{"bind":"ThreadX"}}"#,
         r#"{"op":"rfactor","stage":S,"iter":I}"#,
         r#"{"op":"auto_unroll","stage":S,"iter":I,"max_step":F}"#,
+        r#"{"op":"prefetch","stage":S,"tensor":G,"axis":I,"offset":F}"#,
     ];
     let mut replayed = 0;
     let mut failed_with_error = 0;

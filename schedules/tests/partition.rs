@@ -28,7 +28,7 @@ fn stores(s: &Stmt, guarded: bool, n: &mut (usize, usize)) {
                 n.0 += 1
             }
         }
-        Stmt::Sync => {}
+        Stmt::Sync | Stmt::Prefetch { .. } => {}
     }
 }
 

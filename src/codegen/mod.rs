@@ -111,9 +111,10 @@ pub struct CodegenOptions {
     /// cannot stay in the caches anyway, and an ordinary store first reads each line from
     /// memory. `None`: the last-level cache of the machine compiling, at most a core's share
     /// of a server's (`runtime::cache::usable_last_level_cache_bytes`; no such stores where
-    /// it is unknown); `Some(u64::MAX)`: never. The address is checked for 64-byte alignment
-    /// at each store (an output's alignment is the caller's) and the kernel ends with an
-    /// `sfence`. What they gain on softmax: docs/measurements.md, "The memory-bound rows
+    /// it is unknown); `Some(u64::MAX)`: never. Vectors of whole lines, or of a half or a
+    /// quarter of one, are so stored; the address is checked for the vector's alignment (its
+    /// size, at most 64 bytes) at each store (an output's alignment is the caller's) and
+    /// the kernel ends with an `sfence`. What they gain on softmax: docs/measurements.md, "The memory-bound rows
     /// after the cheaper exp".
     pub nontemporal_past_bytes: Option<u64>,
 }

@@ -352,6 +352,8 @@ impl<'ctx> PtxGen<'ctx, '_> {
                 self.call_intrinsic("llvm.nvvm.barrier0", &[], &[])?;
                 Ok(())
             }
+            // A CPU cache hint; a GPU thread's next loads are another warp's latency to hide.
+            Stmt::Prefetch { .. } => Ok(()),
         }
     }
 

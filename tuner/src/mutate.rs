@@ -17,7 +17,7 @@ pub enum MutationKind {
     TileSize,
     /// A compute location.
     ComputeLocation,
-    /// An unroll step.
+    /// An unroll step, or how far ahead a prefetch fetches.
     Unroll,
     /// A parallel extent.
     Parallel,
@@ -111,9 +111,10 @@ pub fn mutate(
                 },
                 MutationKind::ComputeLocation,
             ) => choices.len() > 1,
+            // A prefetch is, like the unroll limit, a choice of how the body is emitted.
             (
                 Hole::Choice {
-                    kind: ChoiceKind::Unroll,
+                    kind: ChoiceKind::Unroll | ChoiceKind::Prefetch,
                     choices,
                 },
                 MutationKind::Unroll,

@@ -417,3 +417,59 @@ fn a_1x1_layer_with_its_relu_fused_is_flattened_in_both() {
         check(&dag, &st, 60 + case);
     }
 }
+
+/// Softmax's row-at-a-time sketch has a prefetch hole on `exp` (the input's next row, or
+/// none), and each choice gives a correct program, with and without the prefetch.
+#[test]
+fn softmax_rows_may_prefetch_the_next_one() {
+    use tensortune_tuner::sketch::{ChoiceKind, Hole};
+    let spec = "softmax:M=6,N=40";
+    let dag = WorkloadSpec::parse(spec).unwrap().build().unwrap();
+    let opts = TuneOptions::default();
+    let sketches = rules::generate(&dag, &opts);
+    let rows: Vec<_> = sketches
+        .iter()
+        .filter(|s| s.name.contains("exp:row"))
+        .collect();
+    assert!(
+        !rows.is_empty(),
+        "{:?}",
+        sketches.iter().map(|s| &s.name).collect::<Vec<_>>()
+    );
+    let mut rng = ChaCha8Rng::seed_from_u64(9);
+    for sk in rows {
+        let holes: Vec<usize> = sk
+            .holes
+            .iter()
+            .enumerate()
+            .filter(|(_, h)| {
+                matches!(
+                    h,
+                    Hole::Choice {
+                        kind: ChoiceKind::Prefetch,
+                        ..
+                    }
+                )
+            })
+            .map(|(i, _)| i)
+            .collect();
+        assert_eq!(holes.len(), 1, "{}: {:?}", sk.name, sk.holes);
+        for ahead in [0, 1] {
+            let mut d = sample(sk, &mut rng, &opts);
+            d[holes[0]] = vec![ahead];
+            let st = sk.instantiate(&dag, &d).unwrap();
+            let f = lower(&st).unwrap();
+            let mut fetched = 0;
+            f.body
+                .visit(&mut |s| fetched += matches!(s, Stmt::Prefetch { .. }) as usize);
+            assert_eq!(fetched, ahead as usize, "{}\n{f}", sk.name);
+            assert_eq!(
+                st.trace().to_string().contains("prefetch("),
+                ahead == 1,
+                "{}",
+                st.trace()
+            );
+            check(&dag, &st, ahead as u64);
+        }
+    }
+}

@@ -215,6 +215,9 @@ struct Walker<'f> {
     program_cycles: f64,
     /// Vector widths of the micro-kernel's cost.
     core: CoreModel,
+    /// Prefetch statements seen since the last store: lowering puts a stage's prefetches
+    /// just before its store, so the next store is theirs.
+    prefetches: f64,
 }
 
 /// Appends one row per store of `func` to a fresh vector; returns it with the row count.
@@ -256,6 +259,7 @@ pub(crate) fn extract_rows(func: &LoweredFunc, core: &CoreModel) -> (Vec<f32>, u
         program_flops: program_flops(&func.body),
         program_cycles: 0.0,
         core: *core,
+        prefetches: 0.0,
     };
     w.stmt(&func.body);
     let rows = w.out.len() / N_FEATURES;
@@ -310,6 +314,7 @@ impl<'f> Walker<'f> {
             Stmt::Shuffle {
                 buf, index, value, ..
             } => self.store(*buf, index, value),
+            Stmt::Prefetch { .. } => self.prefetches += 1.0,
             Stmt::Sync => {}
         }
     }
@@ -501,6 +506,7 @@ impl<'f> Walker<'f> {
         row[OUTER + 1] = n as f64;
         row[OUTER + 2] = self.guards.len() as f64;
         row[OUTER + 3] = decl.is_some_and(|d| matches!(d.kind, BufKind::Output(_))) as u8 as f64;
+        row[OUTER + 4] = std::mem::take(&mut self.prefetches);
 
         let cycles = self.kernel_features(
             &accesses,
@@ -855,7 +861,7 @@ fn program_flops(s: &Stmt) -> f64 {
             then, otherwise, ..
         } => program_flops(then).max(otherwise.as_ref().map_or(0.0, |o| program_flops(o))),
         Stmt::Seq(v) => v.iter().map(program_flops).sum(),
-        Stmt::Sync => 0.0,
+        Stmt::Sync | Stmt::Prefetch { .. } => 0.0,
     }
 }
 

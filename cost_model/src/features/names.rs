@@ -14,7 +14,7 @@
 //! | buffers | 5 × 19 | per buffer the store touches, the five with the most bytes first (zero rows pad): access type one-hot (`acc_read`, `acc_write`, `acc_readwrite`); `bytes` accessed over the nest; `unique_bytes` (its footprint); `lines` (64-byte cache lines fetched, counting consecutive accesses to one line once) and `unique_lines`; reuse type one-hot: `reuse_loop` (a loop around the store does not move the index, so its iterations re-read the same data), `reuse_serial` (another store of the program touches the buffer too), `reuse_none`; `reuse_dis_iter` and `reuse_dis_bytes` (iterations and bytes touched between two uses: the loops inside the reusing loop), `reuse_ct` (uses per element: the reusing loop's extent); `bytes`, `unique_bytes` and `lines` divided by `reuse_ct`; `stride` (elements between two iterations of the innermost loop that moves the index) and `inner_stride` (the same for the innermost loop itself, 0 for a broadcast); `is_temp` (a local or shared temporary) |
 //! | intensity | 10 | the arithmetic-intensity curve: float operations divided by unique bytes when the loops from the innermost up to level *l* run, sampled at 10 evenly spaced levels from the innermost loop (sample 0) to the outermost (sample 9), linearly interpolated |
 //! | allocation | 5 | for a store into a temporary: its size in bytes, how many times its `Allocate` runs (the product of the loops around it), the iterations of the nest inside one allocation, and its scope one-hot (local, shared); zero for parameters |
-//! | outer | 4 | `outer_prod` (executions of the store: the product of its loop extents), `num_loops`, `num_guards` (enclosing `if`s: tails of non-divisible splits), `writes_output` |
+//! | outer | 5 | `outer_prod` (executions of the store: the product of its loop extents), `num_loops`, `num_guards` (enclosing `if`s: tails of non-divisible splits), `writes_output`, `prefetches` (prefetch statements run beside the store, per execution of it: a row-wise stage fetching the input's next row while it computes this one) |
 //! | kernel | 14 | the micro-kernel on a model core (see below): `body_loops` (loops in the straight-line body), per execution of the body `body_vec_ops`, `body_loads` and `body_stores` (in pipe units, 32 bytes on Zen 4; a broadcast is one load), `body_acc_regs` (registers of an update's accumulators), `body_acc_in_regs` (they stay in registers across the reduce loops around the body), `body_cycles`, `body_flops_per_cycle`, `body_gathers`; `l1_miss_bytes_per_flop`, `l2_miss_bytes_per_flop`, `l3_miss_bytes_per_flop` (bytes each cache takes in from the level below, per float operation of the store); `row_cycles_per_flop` (the store's estimated cycles over the program's float operations) and `program_cycles_per_flop` (the sum over all stores, the same in every row) |
 //!
 //! **The kernel group** carries across shapes where the others do not: it is made of ratios
@@ -47,7 +47,7 @@
 //! floor-div/mod indices of fused loops.
 
 /// Number of values in one feature row.
-pub const N_FEATURES: usize = 186;
+pub const N_FEATURES: usize = 187;
 
 /// Offset of the computation group.
 pub(crate) const COMPUTATION: usize = 0;
@@ -72,7 +72,7 @@ pub(crate) const ALLOCATION: usize = 163;
 /// Offset of the outer-scope group.
 pub(crate) const OUTER: usize = 168;
 /// Offset of the micro-kernel group.
-pub(crate) const KERNEL: usize = 172;
+pub(crate) const KERNEL: usize = 173;
 /// Column of `program_cycles_per_flop`, the last of the micro-kernel group.
 pub(crate) const PROGRAM_CYCLES_PER_FLOP: usize = KERNEL + 13;
 
@@ -257,6 +257,7 @@ pub const FEATURE_NAMES: &[&str] = &[
     "num_loops",
     "num_guards",
     "writes_output",
+    "prefetches",
     // KERNEL
     "body_loops",
     "body_vec_ops",

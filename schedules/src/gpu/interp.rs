@@ -512,6 +512,8 @@ impl Lockstep<'_> {
                 value,
                 lane_xor,
             } => self.shuffle(*buf, index, value, *lane_xor, active),
+            // A hint: it reads and writes nothing.
+            Stmt::Prefetch { .. } => Ok(()),
             Stmt::Sync => {
                 if active.len() as u64 != self.threads as u64 {
                     // `active` is ascending: the first index it skips is a missing thread.

@@ -184,6 +184,6 @@ fn walk_bound<'f>(
             }
         }
         Stmt::Seq(items) => items.iter().try_for_each(|x| walk_bound(x, path, dims)),
-        Stmt::Store { .. } | Stmt::Shuffle { .. } | Stmt::Sync => Ok(()),
+        Stmt::Store { .. } | Stmt::Shuffle { .. } | Stmt::Sync | Stmt::Prefetch { .. } => Ok(()),
     }
 }

@@ -384,6 +384,8 @@ impl<'f> Walk<'f> {
             }
             Stmt::Seq(items) => items.iter().try_for_each(|x| self.stmt(x)),
             Stmt::Sync => self.sync(),
+            // A hint that accesses nothing (the GPU code generator emits none).
+            Stmt::Prefetch { .. } => Ok(()),
             Stmt::Shuffle { buf, index, .. } => {
                 self.shuffle(*buf)?;
                 self.store(*buf, index)

@@ -451,7 +451,16 @@ impl<'a> Lowerer<'a> {
                 first_reduce = None;
                 (None, update)
             }
-            None => self.stores(p, &body, store_index, preds, &reduce_vars),
+            None => {
+                let (init, update) = self.stores(p, &body, store_index, preds, &reduce_vars);
+                let mut items = self.prefetches(p, &axis_val);
+                if items.is_empty() {
+                    (init, update)
+                } else {
+                    items.push(update);
+                    (init, Stmt::seq(items))
+                }
+            }
         };
 
         let mut nest = NestCtx {
@@ -468,6 +477,61 @@ impl<'a> Lowerer<'a> {
                 .collect::<Vec<_>>(),
         };
         self.nest(&mut nest, 0, false)
+    }
+
+    /// Stage `p`'s [`Step::Prefetch`](crate::trace::Step::Prefetch)es, to run beside its
+    /// innermost store: for each hint, one `Prefetch` per distinct element of its tensor that
+    /// the body reads with the hint's axis `offset` further (`axis_val`: the axes' values,
+    /// spatial then reduce). Tensors in a local temporary or a tile of one (a region) are
+    /// left out: their next tile is not in the buffer yet.
+    fn prefetches(&self, p: usize, axis_val: &[Expr]) -> Vec<Stmt> {
+        let s = &self.state.stages()[p];
+        let (Some((axes, _)), Some(eff)) = (s.op.compute(), self.eff[p].as_ref()) else {
+            return Vec::new();
+        };
+        let mut out: Vec<Stmt> = Vec::new();
+        for h in &s.prefetch {
+            let Some(&buf) = self.buf_of.get(&h.tensor) else {
+                continue;
+            };
+            if self.bufs[buf.0 as usize].scope != Scope::Global
+                || self.regions.contains_key(&h.tensor)
+            {
+                continue;
+            }
+            let map: HashMap<u32, Expr> = axes
+                .iter()
+                .chain(s.op.reduce_axes())
+                .zip(axis_val)
+                .enumerate()
+                .map(|(d, (a, v))| {
+                    let v = if d == h.axis {
+                        v.clone() + Expr::int(h.offset)
+                    } else {
+                        v.clone()
+                    };
+                    (a.var.id, v)
+                })
+                .collect();
+            eff.substitute(&|v| map.get(&v.id).cloned())
+                .visit(&mut |e| {
+                    if let Expr::Load {
+                        tensor, indices, ..
+                    } = e
+                    {
+                        if *tensor == h.tensor {
+                            let st = Stmt::Prefetch {
+                                buf,
+                                index: self.flat_index(*tensor, indices),
+                            };
+                            if !out.contains(&st) {
+                                out.push(st);
+                            }
+                        }
+                    }
+                });
+        }
+        out
     }
 
     /// The stages computed at each of stage `p`'s loops, per leaf position, with their

@@ -160,7 +160,7 @@ impl Partitioner<'_> {
                 }
             }
             Stmt::Seq(v) => v.iter().for_each(|x| self.guards(x, f)),
-            Stmt::Store { .. } | Stmt::Shuffle { .. } | Stmt::Sync => {}
+            Stmt::Store { .. } | Stmt::Shuffle { .. } | Stmt::Sync | Stmt::Prefetch { .. } => {}
         }
     }
 
@@ -207,7 +207,7 @@ fn has_guard(s: &Stmt) -> bool {
         Stmt::If { .. } => true,
         Stmt::For { body, .. } | Stmt::Allocate { body, .. } => has_guard(body),
         Stmt::Seq(v) => v.iter().any(has_guard),
-        Stmt::Store { .. } | Stmt::Shuffle { .. } | Stmt::Sync => false,
+        Stmt::Store { .. } | Stmt::Shuffle { .. } | Stmt::Sync | Stmt::Prefetch { .. } => false,
     }
 }
 

@@ -5,11 +5,13 @@
 //! message; [`State::apply`] also works on a copy).
 
 use super::ScheduleError as E;
-use super::{Iter, IterId, IterKind, Location, Relation, SplitBy, Stage, StageOp, State};
+use super::{
+    Iter, IterId, IterKind, Location, PrefetchHint, Relation, SplitBy, Stage, StageOp, State,
+};
 use crate::expr::{select, Expr, IterVar, TensorId, Var};
 use crate::ir::Scope;
 use crate::te::OpKind;
-use crate::trace::{Annotation, Step};
+use crate::trace::{Annotation, Step, MAX_PREFETCH_OFFSET};
 use std::sync::Arc;
 
 /// Most lanes a vectorized loop may have.
@@ -55,6 +57,12 @@ impl State {
             } => self.do_annotate(*stage, *iter, *annotation)?,
             Step::Rfactor { stage, iter } => self.do_rfactor(*stage, *iter)?,
             Step::ReorderStorage { stage, order } => self.do_reorder_storage(*stage, order)?,
+            Step::Prefetch {
+                stage,
+                tensor,
+                axis,
+                offset,
+            } => self.do_prefetch(*stage, *tensor, *axis, *offset)?,
             Step::AutoUnroll {
                 stage,
                 iter,
@@ -365,6 +373,7 @@ impl State {
             && s.leaves.iter().enumerate().all(|(p, l)| l.0 as usize == p)
             && s.auto_unroll.is_none()
             && s.storage_order.is_none()
+            && s.prefetch.is_empty()
     }
 
     fn fresh_var(&mut self, name: &str) -> Var {
@@ -538,6 +547,37 @@ impl State {
         Ok(())
     }
 
+    fn do_prefetch(&mut self, stage: u32, tensor: u32, axis: u32, offset: i64) -> Result<(), E> {
+        let s = self.compute_stage(stage, "given a prefetch")?;
+        let bad = |why: String| E::BadPrefetch {
+            stage: s.name().to_string(),
+            why,
+        };
+        let fetched = self.stage_at(tensor)?;
+        if fetched.tensor == s.tensor {
+            return Err(bad("it would fetch its own output".into()));
+        }
+        let axes = s.op.compute().map_or(0, |(a, _)| a.len()) + s.op.reduce_axes().len();
+        if axis as usize >= axes {
+            return Err(bad(format!("it has no axis {axis} (it has {axes})")));
+        }
+        if offset == 0 || offset.unsigned_abs() > MAX_PREFETCH_OFFSET as u64 {
+            return Err(bad(format!(
+                "offset {offset} is 0 or beyond {MAX_PREFETCH_OFFSET} either way"
+            )));
+        }
+        let hint = PrefetchHint {
+            tensor: fetched.tensor,
+            axis: axis as usize,
+            offset,
+        };
+        let hints = &mut self.stages[stage as usize].prefetch;
+        // One offset per tensor and axis: a later step replaces an earlier one.
+        hints.retain(|h| (h.tensor, h.axis) != (hint.tensor, hint.axis));
+        hints.push(hint);
+        Ok(())
+    }
+
     fn do_annotate(&mut self, stage: u32, iter: u32, ann: Annotation) -> Result<(), E> {
         let (s, id) = self.leaf_at(stage, iter)?;
         let it = s.iter(id);
@@ -638,7 +678,10 @@ impl State {
                 "rfactor needs a root stage with nothing attached".into()
             ));
         }
-        if s.iters.iter().any(|i| i.annotation.is_some()) || s.auto_unroll.is_some() {
+        if s.iters.iter().any(|i| i.annotation.is_some())
+            || s.auto_unroll.is_some()
+            || !s.prefetch.is_empty()
+        {
             return Err(bad("rfactor must come before loops are annotated".into()));
         }
         let nsp = s.op.compute().map(|(a, _)| a.len()).unwrap_or(0);

@@ -156,6 +156,20 @@ pub struct Stage {
     pub auto_unroll: Option<(IterId, u32)>,
     /// Storage order of its buffer's dimensions, outer to inner (`None`: the tensor's own).
     pub storage_order: Option<Vec<usize>>,
+    /// Prefetches in its innermost body ([`Step::Prefetch`]), at most one per tensor and
+    /// axis.
+    pub prefetch: Vec<PrefetchHint>,
+}
+
+/// One [`Step::Prefetch`] of a stage.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PrefetchHint {
+    /// The tensor fetched.
+    pub tensor: TensorId,
+    /// The stage's axis moved: spatial axes first, then reduce axes.
+    pub axis: usize,
+    /// How far along it.
+    pub offset: i64,
 }
 
 impl Stage {
@@ -190,6 +204,7 @@ impl Stage {
             scope: Scope::Global,
             auto_unroll: None,
             storage_order: None,
+            prefetch: Vec::new(),
         }
     }
 
@@ -339,6 +354,14 @@ pub enum ScheduleError {
     /// A storage order that does not apply.
     #[error("cannot reorder the storage of `{stage}`: {why}")]
     BadStorageOrder {
+        /// The stage.
+        stage: String,
+        /// Why.
+        why: String,
+    },
+    /// A prefetch that does not apply.
+    #[error("cannot prefetch in `{stage}`: {why}")]
+    BadPrefetch {
         /// The stage.
         stage: String,
         /// Why.
@@ -650,6 +673,23 @@ impl State {
             stage,
             iter,
             max_step,
+        })
+    }
+
+    /// Prefetch what `stage` reads of `tensor` `offset` further along its `axis` (see
+    /// [`Step::Prefetch`]).
+    pub fn prefetch(
+        &mut self,
+        stage: u32,
+        tensor: u32,
+        axis: u32,
+        offset: i64,
+    ) -> Result<(), ScheduleError> {
+        self.apply(&Step::Prefetch {
+            stage,
+            tensor,
+            axis,
+            offset,
         })
     }
 

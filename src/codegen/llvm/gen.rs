@@ -379,6 +379,7 @@ impl<'ctx> Gen<'ctx, '_> {
                 }
             }
             Stmt::Sync => Ok(()),
+            Stmt::Prefetch { buf, index } => self.prefetch(*buf, index),
             Stmt::Shuffle { .. } => Err(CodegenError::Unsupported(
                 "a warp shuffle on the CPU (it exchanges registers among GPU threads)".into(),
             )),
@@ -403,6 +404,59 @@ impl<'ctx> Gen<'ctx, '_> {
     }
 
     /// Address of `buf[index]` for a scalar index.
+    /// `llvm.prefetch` of `buf[index]`'s line for reading, kept in every cache level (x86's
+    /// `prefetcht0`). In a vectorized loop, every line the lanes' elements lie on: one per
+    /// 64 bytes from lane 0's for contiguous lanes (a loop of 64 floats emitted as one
+    /// vector spans four), one per lane (at most 16) for strided ones.
+    fn prefetch(&mut self, buf: BufId, index: &Expr) -> Res<()> {
+        let elem = self.mem_bytes(self.decl(buf)?.dtype).max(1) as i64;
+        let (first, offsets): (IntValue<'ctx>, Vec<i64>) = match &self.vec {
+            None => (self.index(index)?, vec![0]),
+            Some(ctx) => {
+                let (var, active) = (ctx.var, ctx.active as i64);
+                let offsets = match super::vector::stride_of(index, var) {
+                    Some(s) if s.abs() == 1 => {
+                        let per_line = (64 / elem).max(1);
+                        (0..(active + per_line - 1) / per_line)
+                            .map(|k| k * per_line * s)
+                            .collect()
+                    }
+                    Some(s) if s != 0 => (0..active.min(16)).map(|l| l * s).collect(),
+                    _ => vec![0],
+                };
+                (self.at_lane0(index)?, offsets)
+            }
+        };
+        let base = self.buf_ptr(buf)?;
+        let ty = self.mem_ty(self.decl(buf)?.dtype);
+        let i64t = self.cx.i64_type();
+        let i32t = self.cx.i32_type();
+        for off in offsets {
+            let idx = if off == 0 {
+                first
+            } else {
+                self.b
+                    .build_int_add(first, i64t.const_int(off as u64, true), "pfi")?
+            };
+            // SAFETY: (for LLVM) a plain GEP, not `inbounds`: the index may lie past the
+            // buffer (the row after the last one), which only a prefetch, never a load,
+            // reaches.
+            let p = unsafe { self.b.build_gep(ty, base, &[idx], "pf")? };
+            // Operands: a read (0), the highest locality (3), the data cache (1).
+            self.intrinsic(
+                "llvm.prefetch",
+                &[p.get_type().into()],
+                &[
+                    p.into(),
+                    i32t.const_zero().into(),
+                    i32t.const_int(3, false).into(),
+                    i32t.const_int(1, false).into(),
+                ],
+            )?;
+        }
+        Ok(())
+    }
+
     pub(super) fn elem_ptr(&mut self, buf: BufId, index: &Expr) -> Res<PointerValue<'ctx>> {
         let base = self.buf_ptr(buf)?;
         let ty = self.mem_ty(self.decl(buf)?.dtype);

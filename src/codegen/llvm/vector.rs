@@ -237,7 +237,7 @@ impl<'ctx> Gen<'ctx, '_> {
     }
 
     /// Evaluates `e` as a scalar with the vectorized variable at lane 0's iteration.
-    fn at_lane0(&mut self, e: &Expr) -> Res<IntValue<'ctx>> {
+    pub(super) fn at_lane0(&mut self, e: &Expr) -> Res<IntValue<'ctx>> {
         let ctx = self.vctx()?;
         let i = ctx.var as usize;
         let saved = self.vars[i];
@@ -361,26 +361,32 @@ impl<'ctx> Gen<'ctx, '_> {
     }
 
     /// Whether a contiguous unmasked store of `lanes` to `buf` is non-temporal: the buffer
-    /// streams ([`super::gen::Gen::streaming`]) and the vector is whole 64-byte lines.
+    /// streams ([`super::gen::Gen::streaming`]) and the vector is whole 64-byte lines, or
+    /// a half or a quarter of one (SSE's and AVX's non-temporal stores: consecutive ones
+    /// fill a line in the core's write-combining buffer, as one whole-line store does).
+    /// A softmax whose rows are stored 8 floats at a time: 8.8 ms before, 6.6 ms with them
+    /// (Zen 4; docs/measurements.md, "Softmax's next row prefetched").
     fn streams(&self, buf: BufId, dtype: DType, lanes: u32) -> bool {
+        let bytes = lanes as u64 * self.mem_bytes(dtype);
         self.streaming.get(buf.0 as usize).copied().unwrap_or(false)
-            && (lanes as u64 * self.mem_bytes(dtype)).is_multiple_of(64)
+            && (bytes.is_multiple_of(64) || bytes == 16 || bytes == 32)
     }
 
-    /// Stores `v` at `p` non-temporally when `p` is 64-byte aligned (the instruction faults
-    /// otherwise), else as an ordinary store. The branch goes the same way at every store of
-    /// a row of aligned lines, so it is predicted.
+    /// Stores `v` at `p` non-temporally when `p` is aligned to the vector's size, at most 64
+    /// bytes (the instruction faults otherwise), else as an ordinary store. The branch goes
+    /// the same way at every store of a row of aligned lines, so it is predicted.
     fn streaming_store(
         &mut self,
         p: PointerValue<'ctx>,
         v: VectorValue<'ctx>,
         dtype: DType,
     ) -> Res<()> {
+        let align = (v.get_type().get_size() as u64 * self.mem_bytes(dtype)).clamp(1, 64);
         let i64t = self.cx.i64_type();
         let addr = self.b.build_ptr_to_int(p, i64t, "addr")?;
         let low = self
             .b
-            .build_and(addr, i64t.const_int(63, false), "addr.low")?;
+            .build_and(addr, i64t.const_int(align - 1, false), "addr.low")?;
         let aligned = self.b.build_int_compare(
             inkwell::IntPredicate::EQ,
             low,
@@ -393,7 +399,7 @@ impl<'ctx> Gen<'ctx, '_> {
         self.b.build_conditional_branch(aligned, nt, plain)?;
         self.b.position_at_end(nt);
         let st = self.b.build_store(p, v)?;
-        st.set_alignment(64)
+        st.set_alignment(align as u32)
             .map_err(|e| CodegenError::Llvm(e.to_string()))?;
         let one = self.cx.i32_type().const_int(1, false);
         let node = self.cx.metadata_node(&[one.into()]);

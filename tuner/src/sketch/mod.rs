@@ -53,6 +53,8 @@ pub enum ChoiceKind {
     Parallel,
     /// The vector lanes of each thread's share of a cooperative fetch (1: scalar).
     Lanes,
+    /// How far ahead a [`SketchStep::Prefetch`] fetches (0: no prefetch).
+    Prefetch,
 }
 
 /// One instruction of a sketch.
@@ -136,6 +138,18 @@ pub enum SketchStep {
         /// The stage's tensor.
         tensor: TensorId,
         /// The unroll hole.
+        hole: usize,
+    },
+    /// [`Step::Prefetch`] of `input` in the stage along its `axis`, as far ahead as a
+    /// [`ChoiceKind::Prefetch`] hole says (0: none).
+    Prefetch {
+        /// The stage's tensor.
+        tensor: TensorId,
+        /// The tensor fetched.
+        input: TensorId,
+        /// The stage's axis.
+        axis: u32,
+        /// The prefetch hole.
         hole: usize,
     },
 }
@@ -342,6 +356,23 @@ fn apply_step(
                     stage: p as u32,
                     iter: 0,
                     max_step: m,
+                }),
+                _ => Ok(()),
+            }
+        }
+        SketchStep::Prefetch {
+            tensor,
+            input,
+            axis,
+            hole,
+        } => {
+            let offset = decisions[*hole][0];
+            match (s.position_of(*tensor), s.position_of(*input)) {
+                (Some(p), Some(q)) if offset != 0 => s.apply_in_place(&Step::Prefetch {
+                    stage: p as u32,
+                    tensor: q as u32,
+                    axis: *axis,
+                    offset,
                 }),
                 _ => Ok(()),
             }
