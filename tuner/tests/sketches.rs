@@ -473,3 +473,53 @@ fn softmax_rows_may_prefetch_the_next_one() {
         }
     }
 }
+
+/// Where whole registers divide the row, the row-wise sketch's `exp` always runs them (no
+/// hole for narrower vectors); elsewhere its lanes are a hole (softmax of 40 columns).
+#[test]
+fn softmax_rows_of_whole_vectors_run_whole_registers() {
+    let opts = TuneOptions::default();
+    let mut rng = ChaCha8Rng::seed_from_u64(4);
+    for (spec, fixed) in [("softmax:M=3,N=64", true), ("softmax:M=3,N=40", false)] {
+        let dag = WorkloadSpec::parse(spec).unwrap().build().unwrap();
+        let sketches = rules::generate(&dag, &opts);
+        let sk = sketches
+            .iter()
+            .find(|s| s.name.contains("exp:row"))
+            .unwrap_or_else(|| panic!("{spec}: no row-wise sketch"));
+        let mut widths = std::collections::BTreeSet::new();
+        for _ in 0..16 {
+            let st = sk.instantiate(&dag, &sample(sk, &mut rng, &opts)).unwrap();
+            let f = lower(&st).unwrap();
+            // The extent of the vectorized loop around `exp`'s store.
+            fn find(s: &Stmt, f: &tensortune_schedules::ir::LoweredFunc, w: &mut Option<i64>) {
+                if let Stmt::For {
+                    extent,
+                    kind: ForKind::Vectorized,
+                    body,
+                    ..
+                } = s
+                {
+                    let mut here = false;
+                    body.visit(&mut |x| {
+                        here |= matches!(x, Stmt::Store { buf, .. } if f.buffer(*buf).name == "exp")
+                    });
+                    if here {
+                        *w = Some(*extent);
+                    }
+                }
+            }
+            let mut w = None;
+            f.body.visit(&mut |s| find(s, &f, &mut w));
+            widths.insert(w.unwrap_or(1));
+            check(&dag, &st, 3);
+        }
+        if fixed {
+            assert_eq!(widths.len(), 1, "{spec}: {widths:?}");
+            let w = *widths.first().unwrap();
+            assert!(w >= 4 && 64 % w == 0, "{spec}: {w}");
+        } else {
+            assert!(widths.len() > 1, "{spec}: {widths:?}");
+        }
+    }
+}

@@ -190,6 +190,15 @@ impl SketchBuilder {
             .ok_or(RuleError::NoStage(stage))
     }
 
+    /// The extent of loop `iter` of the stage at position `stage`.
+    pub fn loop_extent(&self, stage: u32, iter: u32) -> Result<i64, RuleError> {
+        self.state
+            .stage(stage as usize)
+            .and_then(|s| s.leaf(iter as usize))
+            .map(|l| l.extent)
+            .ok_or(RuleError::NoLoop { stage, iter })
+    }
+
     /// Records that the stage named `stage` took `variant`.
     pub fn name(&mut self, stage: &str, variant: &str) {
         self.names.push(format!("{stage}:{variant}"));

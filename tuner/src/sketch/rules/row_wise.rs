@@ -81,10 +81,23 @@ fn at_row(
     let p = b.pos(t)?;
     let lanes = cx.lanes(t);
     if cx.dag.info(t).combiner.is_none() {
-        // The row's elements split for vector lanes, as `Plain` splits a root stage.
+        // The row's elements split for vector lanes, as `Plain` splits a root stage; into
+        // whole registers where they divide the row: narrower vectors only multiply the
+        // instructions of a stage that computes (`exp`), and in a search that also chooses
+        // the prefetch they hid its gain (docs/measurements.md, "Softmax's next row
+        // prefetched").
         let n = b.stage_leaves(p)? as u32;
         if n > 1 {
-            b.split(p, n - 1, 2, Some(lanes))?;
+            let row = b.loop_extent(p, n - 1)?;
+            if lanes > 1 && row % lanes == 0 {
+                b.fixed(Step::Split {
+                    stage: p,
+                    iter: n - 1,
+                    factors: vec![lanes],
+                })?;
+            } else {
+                b.split(p, n - 1, 2, Some(lanes))?;
+            }
         }
         let target = b.pos(out)?;
         b.fixed(Step::ComputeAt {
