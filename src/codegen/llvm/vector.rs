@@ -364,8 +364,7 @@ impl<'ctx> Gen<'ctx, '_> {
     /// streams ([`super::gen::Gen::streaming`]) and the vector is whole 64-byte lines, or
     /// a half or a quarter of one (SSE's and AVX's non-temporal stores: consecutive ones
     /// fill a line in the core's write-combining buffer, as one whole-line store does).
-    /// A softmax whose rows are stored 8 floats at a time: 8.8 ms before, 6.6 ms with them
-    /// (Zen 4; docs/measurements.md, "Softmax's next row prefetched").
+    /// (docs/measurements.md, "Softmax's next row prefetched": what they gain.)
     fn streams(&self, buf: BufId, dtype: DType, lanes: u32) -> bool {
         let bytes = lanes as u64 * self.mem_bytes(dtype);
         self.streaming.get(buf.0 as usize).copied().unwrap_or(false)

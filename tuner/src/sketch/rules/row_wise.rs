@@ -18,7 +18,7 @@
 //! next row (a hole: [`ChoiceKind::Prefetch`], 0 or 1 row ahead). Its row is the longest
 //! computation per row, with the input's row already in L1, so the memory system would idle
 //! through it; fetching the next row meanwhile overlaps the two (docs/measurements.md,
-//! "Softmax's next row prefetched": on Zen 4 the same program went from 9.3 to 7.0 ms).
+//! "Softmax's next row prefetched").
 
 use super::gpu_reduce::row_wise;
 use super::rfactor::{partial_results, MAX_CHAINS};
