@@ -89,6 +89,15 @@ fn env_usize(name: &str, default: usize) -> usize {
     }
 }
 
+/// Whether `python3` can import numpy: checked once, so that a machine without it gets one
+/// line instead of a traceback per row.
+fn numpy_available() -> bool {
+    Command::new("python3")
+        .args(["-c", "import numpy"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
 /// numpy's GFLOP/s and GB/s of `spec` on `threads` threads, where numpy has the op.
 fn numpy(spec: &str, threads: usize) -> Option<(f64, Option<f64>)> {
     let op = spec.split(':').next()?;
@@ -152,6 +161,10 @@ fn main() {
         p.read_gbs_all,
         p.parallel_loop_us
     );
+    let have_numpy = numpy_available();
+    if !have_numpy {
+        println!("numpy: python3 with numpy not found; the numpy columns stay empty");
+    }
     println!();
     println!("| row | workload | threads | trials | tuning s | GFLOP/s | GB/s | of probe | of copy | numpy | × numpy |");
     println!("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
@@ -209,7 +222,11 @@ fn main() {
             (false, 1) => (gflops / p.fma_gflops_1t, String::new()),
             (false, _) => (gflops / p.fma_gflops_all, String::new()),
         };
-        let np = numpy(row.spec, threads);
+        let np = if have_numpy {
+            numpy(row.spec, threads)
+        } else {
+            None
+        };
         let (np_text, ratio) = match np {
             Some((_, Some(b))) if r.memory_bound() => (format!("{b:.1} GB/s"), gbs / b),
             Some((g, _)) => (format!("{g:.1} GFLOP/s"), gflops / g),

@@ -1193,3 +1193,141 @@ fn assert_tile_in_registers(f: &LoweredFunc, opts: &CodegenOptions, place: &str)
     let err = got[0].max_rel_diff(&want[0]).expect("same shape");
     assert!(err < 1e-5, "{place}: max relative difference {err}");
 }
+
+/// `S[i] = identity; S[i] = S[i] op A[i, k]` over the `w` columns `k` of `rows` rows (the
+/// last step of a reduction split by `rfactor`, folding its partial results), `k` a loop of
+/// `kind`.
+fn row_fold(rows: i64, w: i64, op: ex::Combiner, kind: ForKind, dtype: DType) -> LoweredFunc {
+    let mut b = Builder::new();
+    let a = b.input("A", dtype, &[rows, w]);
+    let s = b.output("S", dtype, &[rows]);
+    let (i, k) = (b.var("i"), b.var("k"));
+    let init = st(s, v(&i), Expr::Const(op.identity(dtype)));
+    let update = st(
+        s,
+        v(&i),
+        Expr::bin(
+            op.bin_op(),
+            ld(s, dtype, v(&i)),
+            ld(a, dtype, add(mul(v(&i), int(w)), v(&k))),
+        ),
+    );
+    let body = Stmt::seq(vec![init, for_(&k, w, kind, update)]);
+    b.finish("row_fold", for_(&i, rows, ForKind::Serial, body))
+}
+
+/// Rows the code generator folds as a tree of register-wide operations (whole registers,
+/// with a rest, up to 16 registers) and rows it leaves as a chain (shorter than a register,
+/// longer than 16): sums within rounding of the interpreter's chain, maxima and minima
+/// equal to it, NaNs and infinities in the rows included (`f32::max`'s rule: a NaN is
+/// skipped, not propagated).
+#[test]
+fn folds_of_a_row_match_the_chain() {
+    use ex::Combiner::{Max, Min, Sum};
+    for dtype in [DType::F32, DType::F64] {
+        for w in [3, 8, 16, 37, 64, 256, 300] {
+            for kind in [ForKind::Serial, ForKind::Unrolled] {
+                for op in [Sum, Max, Min] {
+                    let f = row_fold(5, w, op, kind, dtype);
+                    let d = jit_vs_interp(&f, 1, w as u64);
+                    assert!(d < 1e-5, "{dtype} w={w} {kind:?} {op:?}: {d}");
+                    if op == Sum {
+                        continue;
+                    }
+                    // NaNs, infinities and signless values in the rows: exactly the chain.
+                    let specials = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 0.5, -2.0];
+                    let n = (5 * w) as usize;
+                    let vals: Vec<f64> = (0..n)
+                        .map(|j| {
+                            if j % 7 == 3 {
+                                specials[j % 5]
+                            } else {
+                                j as f64 * 0.25
+                            }
+                        })
+                        .collect();
+                    let data = match dtype {
+                        DType::F32 => Data::F32(vals.iter().map(|&x| x as f32).collect()),
+                        _ => Data::F64(vals),
+                    };
+                    let input = NdData::new(vec![5, w], data).expect("data");
+                    let want = interp::run(&f, std::slice::from_ref(&input)).expect("interp");
+                    let k = Kernel::compile(&f).expect("compile");
+                    let got = k.run_nd(&Runtime::serial(), &[input]).expect("run");
+                    assert_eq!(
+                        format!("{:?}", got[0].data),
+                        format!("{:?}", want[0].data),
+                        "{dtype} w={w} {kind:?} {op:?}"
+                    );
+                }
+            }
+        }
+    }
+    // A row of four registers is folded without a chain: shuffles of halves, no loop.
+    let f = row_fold(2, 64, Sum, ForKind::Serial, DType::F32);
+    let ir = tensortune::codegen::llvm::emit_llvm_ir(&f, &Default::default()).expect("ir");
+    assert!(ir.contains("shufflevector"), "{ir}");
+}
+
+/// `S[j] = max(S[j], A[k, j])` with `j` vectorized (a reduction over rows, the accumulator a
+/// vector): a compare and select, not `llvm.maxnum` (whose NaN check sits in the loop-carried
+/// chain), and equal to the interpreter's `f32::max` with NaNs and infinities in the input.
+#[test]
+fn vector_max_updates_select_and_skip_nans() {
+    use ex::Combiner::{Max, Min};
+    for op in [Max, Min] {
+        let (rows, w) = (9, 32);
+        let mut b = Builder::new();
+        let a = b.input("A", DType::F32, &[rows, w]);
+        let s = b.output("S", DType::F32, &[w]);
+        let (j0, k, j) = (b.var("j0"), b.var("k"), b.var("j"));
+        let init = for_(
+            &j0,
+            w,
+            ForKind::Vectorized,
+            st(s, v(&j0), Expr::Const(op.identity(DType::F32))),
+        );
+        let update = st(
+            s,
+            v(&j),
+            Expr::bin(
+                op.bin_op(),
+                ld(s, DType::F32, v(&j)),
+                ld(a, DType::F32, add(mul(v(&k), int(w)), v(&j))),
+            ),
+        );
+        let red = for_(
+            &k,
+            rows,
+            ForKind::Serial,
+            for_(&j, w, ForKind::Vectorized, update),
+        );
+        let f = b.finish("colmax", Stmt::seq(vec![init, red]));
+        let ir = tensortune::codegen::llvm::emit_llvm_ir(&f, &Default::default()).expect("ir");
+        assert!(!ir.contains("maxnum") && !ir.contains("minnum"), "{ir}");
+        let vals: Vec<f32> = (0..rows * w)
+            .map(|x| match x % 11 {
+                2 => f32::NAN,
+                5 => f32::INFINITY,
+                7 => f32::NEG_INFINITY,
+                _ => (x as f32 * 0.37).sin(),
+            })
+            .collect();
+        // A column of NaNs only: the identity stays.
+        let mut vals = vals;
+        for r in 0..rows {
+            vals[(r * w + 1) as usize] = f32::NAN;
+        }
+        let input = NdData::new(vec![rows, w], Data::F32(vals)).expect("data");
+        let want = interp::run(&f, std::slice::from_ref(&input)).expect("interp");
+        let got = Kernel::compile(&f)
+            .expect("compile")
+            .run_nd(&Runtime::serial(), &[input])
+            .expect("run");
+        assert_eq!(
+            format!("{:?}", got[0].data),
+            format!("{:?}", want[0].data),
+            "{op:?}"
+        );
+    }
+}

@@ -111,6 +111,45 @@ impl<'ctx> Gen<'ctx, '_> {
         }
     }
 
+    /// The value `buf[index] = value` stores. A float maximum or minimum of the element the
+    /// store overwrites and another value (a reduction's update, `acc = max(acc, x)`) becomes
+    /// `x > acc ? x : acc`, one `vmaxps` on x86, where `llvm.maxnum` costs a compare and a
+    /// blend more per vector to return `x` when `acc` is NaN, inside the loop-carried chain
+    /// (docs/measurements.md, "Reductions without NaN checks"). The two agree whenever `acc`
+    /// is not NaN, and it never is: every accumulator starts at the combiner's identity
+    /// (±inf) and the select only ever replaces it by an `x` that compared greater, so never
+    /// by a NaN. A NaN `x` is skipped, as `f32::max` in the reference skips it.
+    pub(super) fn store_value(
+        &mut self,
+        buf: tensortune_schedules::BufId,
+        index: &Expr,
+        value: &Expr,
+    ) -> Res<V<'ctx>> {
+        if let Expr::Bin(op @ (BinOp::Max | BinOp::Min), a, b) = value {
+            let d = a.dtype();
+            let is_acc = |e: &Expr| matches!(e, Expr::BufLoad { buf: lb, index: li, .. } if *lb == buf && **li == *index);
+            let acc_x = if is_acc(a) {
+                Some((a, b))
+            } else if is_acc(b) {
+                Some((b, a))
+            } else {
+                None
+            };
+            if let (true, true, Some((acc, x))) = (d.is_float(), b.dtype() == d, acc_x) {
+                let (accv, xv) = (self.expr(acc)?, self.expr(x)?);
+                let (accv, xv) = self.unify(accv, xv)?;
+                let pred = if *op == BinOp::Max {
+                    CmpOp::Gt
+                } else {
+                    CmpOp::Lt
+                };
+                let c = self.cmp(pred, d, xv, accv)?;
+                return self.select(c, xv, accv);
+            }
+        }
+        self.expr(value)
+    }
+
     fn load(
         &mut self,
         buf: tensortune_schedules::BufId,
@@ -207,7 +246,7 @@ impl<'ctx> Gen<'ctx, '_> {
         Self::with_flags(v, FastMathFlags::AllowReciprocal)
     }
 
-    fn binop(&mut self, op: BinOp, d: DType, x: V<'ctx>, y: V<'ctx>) -> Res<V<'ctx>> {
+    pub(super) fn binop(&mut self, op: BinOp, d: DType, x: V<'ctx>, y: V<'ctx>) -> Res<V<'ctx>> {
         use inkwell::values::InstructionOpcode as O;
         if d.is_float() {
             let r = match op {
@@ -547,10 +586,13 @@ impl<'ctx> Gen<'ctx, '_> {
         };
         let ln2_hi = f(self, 0.693_359_4)?;
         let ln2_lo = f(self, -2.121_944_4e-4)?;
-        // k * ln2_hi is exact: ln2_hi has 9 significant bits and |k| <= 150 at most 8.
-        let r = self.b.build_binop(O::FMul, k, ln2_hi, "kh")?;
-        let r = self.b.build_binop(O::FSub, xc, r, "r")?;
-        let kl = self.b.build_binop(O::FMul, k, ln2_lo, "kl")?;
+        // k * ln2_hi is exact: ln2_hi has 9 significant bits and |k| <= 150 at most 8. So
+        // an FMA of it gives the same `r` as a multiply and a subtract, in one instruction
+        // (both steps are contracted: two FMAs where there were two multiplies and two
+        // subtracts; the second rounds once where it rounded twice).
+        let r = self.contract(self.b.build_binop(O::FMul, k, ln2_hi, "kh")?);
+        let r = self.contract(self.b.build_binop(O::FSub, xc, r, "r")?);
+        let kl = self.contract(self.b.build_binop(O::FMul, k, ln2_lo, "kl")?);
         let r = self.contract(self.b.build_binop(O::FSub, r, kl, "r")?);
         const C: [f32; 6] = [
             1.987_569_1e-4,

@@ -388,7 +388,7 @@ impl<'ctx> Gen<'ctx, '_> {
 
     fn store(&mut self, buf: BufId, index: &Expr, value: &Expr) -> Res<()> {
         let dtype = self.decl(buf)?.dtype;
-        let v = self.expr(value)?;
+        let v = self.store_value(buf, index, value)?;
         if value.dtype() != dtype {
             return Err(CodegenError::InvalidIr(format!(
                 "store of {} into a {dtype} buffer",
@@ -544,6 +544,9 @@ impl<'ctx> Gen<'ctx, '_> {
                 var.name
             )));
         }
+        if kind != ForKind::Parallel && self.tree_reduction(var, extent, body)? {
+            return Ok(());
+        }
         match kind {
             ForKind::Unrolled
                 if extent.saturating_mul(body.unrolled_copies()) <= self.opts.max_unroll =>
@@ -567,6 +570,123 @@ impl<'ctx> Gen<'ctx, '_> {
             }
             _ => self.serial_loop(var, extent, body),
         }
+    }
+
+    /// A loop whose body only folds a contiguous run of one float buffer into one element of
+    /// another, `acc[c] = acc[c] + rf[k]` over the loop's `k` (the last step of a reduction
+    /// split by `rfactor`, which combines its partial results), becomes register-wide loads
+    /// combined pairwise, then halves of one register, then the old `acc[c]`: a tree a few
+    /// operations deep in place of a chain of `extent` dependent scalar operations
+    /// (docs/measurements.md, "Reductions without NaN checks"). Up to 16 registers' worth;
+    /// other loops are left to the caller (false). A sum's rounding differs from the chain's
+    /// as any reassociation's does, within the check against the reference; a maximum or
+    /// minimum (`maxnum`/`minnum`, which are associative) is the same value.
+    fn tree_reduction(&mut self, var: &Var, extent: i64, body: &Stmt) -> Res<bool> {
+        let body = match body {
+            Stmt::Seq(v) if v.len() == 1 => &v[0],
+            b => b,
+        };
+        let Stmt::Store { buf, index, value } = body else {
+            return Ok(false);
+        };
+        let Expr::Bin(op, a, b) = value else {
+            return Ok(false);
+        };
+        let d = self.decl(*buf)?.dtype;
+        if !matches!(op, BinOp::Add | BinOp::Max | BinOp::Min)
+            || !matches!(d, DType::F32 | DType::F64)
+            || a.dtype() != d
+            || b.dtype() != d
+            || index.uses_var(var.id)
+        {
+            return Ok(false);
+        }
+        let is_acc = |e: &Expr| matches!(e, Expr::BufLoad { buf: lb, index: li, .. } if lb == buf && **li == *index);
+        let x = if is_acc(a) {
+            b
+        } else if is_acc(b) {
+            a
+        } else {
+            return Ok(false);
+        };
+        let Expr::BufLoad {
+            buf: src,
+            dtype: sd,
+            index: xi,
+        } = &**x
+        else {
+            return Ok(false);
+        };
+        if src == buf || *sd != d || super::vector::stride_of(xi, var.id) != Some(1) {
+            return Ok(false);
+        }
+        let bits = self.opts.vector_bits.unwrap_or(self.host.vector_bits) as u64;
+        let lanes = (bits / (8 * self.mem_bytes(d))) as i64;
+        let chunks = extent / lanes.max(1);
+        // Halving a register down to one lane needs a power of two (`vector_bits` is one).
+        if lanes < 2 || !(lanes as u64).is_power_of_two() || !(1..=16).contains(&chunks) {
+            return Ok(false);
+        }
+        let i64t = self.cx.i64_type();
+        let vty = super::expr::TypeExt::vec_type_of(self.mem_ty(d), lanes as u32)?;
+        let mut parts: Vec<BasicValueEnum<'ctx>> = Vec::new();
+        for c in 0..chunks {
+            self.bind_var(var, Some(i64t.const_int((c * lanes) as u64, false).into()));
+            let p = self.elem_ptr(*src, xi)?;
+            let v = self.b.build_load(vty, p, "part")?;
+            if let Some(i) = inkwell::values::BasicValue::as_instruction_value(&v) {
+                i.set_alignment(self.mem_bytes(d) as u32)
+                    .map_err(|e| CodegenError::Llvm(e.to_string()))?;
+            }
+            parts.push(v);
+        }
+        while parts.len() > 1 {
+            let mut next = Vec::with_capacity(parts.len().div_ceil(2));
+            for pair in parts.chunks(2) {
+                next.push(match *pair {
+                    [l, r] => self.binop(*op, d, l, r)?,
+                    // The odd one out waits for the next level.
+                    _ => pair[0],
+                });
+            }
+            parts = next;
+        }
+        let as_vector = |x: BasicValueEnum<'ctx>| match x {
+            BasicValueEnum::VectorValue(v) => Ok(v),
+            _ => Err(CodegenError::InvalidIr(
+                "a fold of registers gave a scalar".into(),
+            )),
+        };
+        let mut v = as_vector(parts[0])?;
+        let i32t = self.cx.i32_type();
+        let mut n = lanes as u64;
+        while n > 1 {
+            let h = n / 2;
+            let half = |from: u64| {
+                let idx: Vec<_> = (from..from + h).map(|i| i32t.const_int(i, false)).collect();
+                inkwell::types::VectorType::const_vector(&idx)
+            };
+            let lo = self.b.build_shuffle_vector(v, v, half(0), "lo")?;
+            let hi = self.b.build_shuffle_vector(v, v, half(h), "hi")?;
+            v = as_vector(self.binop(*op, d, lo.into(), hi.into())?)?;
+            n = h;
+        }
+        let mut r = self
+            .b
+            .build_extract_element(v, i64t.const_zero(), "folded")?;
+        for k in chunks * lanes..extent {
+            self.bind_var(var, Some(i64t.const_int(k as u64, false).into()));
+            let xv = self.expr(x)?;
+            r = self.binop(*op, d, r, xv)?;
+        }
+        self.bind_var(var, None);
+        let acc = self.expr(if is_acc(a) { a } else { b })?;
+        let folded = self.binop(*op, d, acc, r)?;
+        let ptr = self.elem_ptr(*buf, index)?;
+        let st = self.b.build_store(ptr, folded)?;
+        st.set_alignment(self.mem_bytes(d) as u32)
+            .map_err(|e| CodegenError::Llvm(e.to_string()))?;
+        Ok(true)
     }
 
     /// `for var in 0..extent` as a bottom-tested loop (extent >= 1).

@@ -570,7 +570,7 @@ impl<'ctx> Gen<'ctx, '_> {
                 value.dtype()
             )));
         }
-        let v = self.expr(value)?;
+        let v = self.store_value(buf, index, value)?;
         let v = self.broadcast(v, ctx.lanes)?;
         let v = self.storable_value(v.into(), dtype)?.into_vector_value();
         let elem = self.mem_ty(dtype);
