@@ -1194,47 +1194,75 @@ fn assert_tile_in_registers(f: &LoweredFunc, opts: &CodegenOptions, place: &str)
     assert!(err < 1e-5, "{place}: max relative difference {err}");
 }
 
-/// `S[i] = identity; S[i] = S[i] op A[i, k]` over the `w` columns `k` of `rows` rows (the
-/// last step of a reduction split by `rfactor`, folding its partial results), `k` a loop of
-/// `kind`.
-fn row_fold(rows: i64, w: i64, op: ex::Combiner, kind: ForKind, dtype: DType) -> LoweredFunc {
+/// `S[i] = identity; S[i] = S[i] op x` over the `w` columns `k` of `rows` rows, `k` a loop
+/// of `kind`, with `x` one of: `A[i, k]` (the last step of a reduction split by `rfactor`,
+/// folding its partial results), `A[i, k] * B[k]` (a dot product, `B` as wide as a row),
+/// `A[i, k] * 2 + B[0]` (a value read the same in every iteration), or `A[i, k/2 * 2]` (not
+/// contiguous: a gather, left as a chain).
+fn row_fold(
+    rows: i64,
+    w: i64,
+    op: ex::Combiner,
+    kind: ForKind,
+    dtype: DType,
+    form: usize,
+) -> LoweredFunc {
     let mut b = Builder::new();
     let a = b.input("A", dtype, &[rows, w]);
+    let bb = (form > 0).then(|| b.input("B", dtype, &[w]));
     let s = b.output("S", dtype, &[rows]);
     let (i, k) = (b.var("i"), b.var("k"));
-    let init = st(s, v(&i), Expr::Const(op.identity(dtype)));
-    let update = st(
-        s,
-        v(&i),
-        Expr::bin(
-            op.bin_op(),
-            ld(s, dtype, v(&i)),
-            ld(a, dtype, add(mul(v(&i), int(w)), v(&k))),
+    let row = mul(v(&i), int(w));
+    let two = if dtype == DType::F32 {
+        Expr::f32(2.0)
+    } else {
+        Expr::f64(2.0)
+    };
+    let x = match (form, bb) {
+        (1, Some(bb)) => mul(ld(a, dtype, add(row, v(&k))), ld(bb, dtype, v(&k))),
+        (2, Some(bb)) => add(
+            mul(ld(a, dtype, add(row, v(&k))), two),
+            ld(bb, dtype, int(0)),
         ),
-    );
+        (3, Some(bb)) => add(
+            ld(
+                a,
+                dtype,
+                add(row, mul(Expr::bin(BinOp::Div, v(&k), int(2)), int(2))),
+            ),
+            ld(bb, dtype, int(0)),
+        ),
+        _ => ld(a, dtype, add(row, v(&k))),
+    };
+    let init = st(s, v(&i), Expr::Const(op.identity(dtype)));
+    let update = st(s, v(&i), Expr::bin(op.bin_op(), ld(s, dtype, v(&i)), x));
     let body = Stmt::seq(vec![init, for_(&k, w, kind, update)]);
     b.finish("row_fold", for_(&i, rows, ForKind::Serial, body))
 }
 
-/// Rows the code generator folds as a tree of register-wide operations (whole registers,
-/// with a rest, up to 16 registers) and rows it leaves as a chain (shorter than a register,
-/// longer than 16): sums within rounding of the interpreter's chain, maxima and minima
-/// equal to it, NaNs and infinities in the rows included (`f32::max`'s rule: a NaN is
-/// skipped, not propagated).
+/// Rows the code generator folds on registers (whole registers, with a rest; up to four
+/// registers straight, longer ones in a loop of four-register groups) and rows it leaves as
+/// a chain (shorter than a register, not contiguous): sums within rounding of the
+/// interpreter's chain, maxima and minima equal to it, NaNs and infinities in the rows
+/// included (`f32::max`'s rule: a NaN is skipped, not propagated).
 #[test]
 fn folds_of_a_row_match_the_chain() {
     use ex::Combiner::{Max, Min, Sum};
     for dtype in [DType::F32, DType::F64] {
-        for w in [3, 8, 16, 37, 64, 256, 300] {
-            for kind in [ForKind::Serial, ForKind::Unrolled] {
+        for w in [3, 8, 16, 37, 64, 100, 256, 300, 1000, 4099] {
+            for kind in [ForKind::Serial, ForKind::Unrolled, ForKind::Vectorized] {
                 for op in [Sum, Max, Min] {
-                    let f = row_fold(5, w, op, kind, dtype);
-                    let d = jit_vs_interp(&f, 1, w as u64);
-                    assert!(d < 1e-5, "{dtype} w={w} {kind:?} {op:?}: {d}");
+                    for form in 0..4 {
+                        let f = row_fold(5, w, op, kind, dtype, form);
+                        let d = jit_vs_interp(&f, 1, w as u64);
+                        let tol = if dtype == DType::F32 { 1e-5 } else { 1e-12 };
+                        assert!(d < tol, "{dtype} w={w} {kind:?} {op:?} form {form}: {d}");
+                    }
                     if op == Sum {
                         continue;
                     }
                     // NaNs, infinities and signless values in the rows: exactly the chain.
+                    let f = row_fold(5, w, op, kind, dtype, 0);
                     let specials = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 0.5, -2.0];
                     let n = (5 * w) as usize;
                     let vals: Vec<f64> = (0..n)
@@ -1263,10 +1291,19 @@ fn folds_of_a_row_match_the_chain() {
             }
         }
     }
-    // A row of four registers is folded without a chain: shuffles of halves, no loop.
-    let f = row_fold(2, 64, Sum, ForKind::Serial, DType::F32);
-    let ir = tensortune::codegen::llvm::emit_llvm_ir(&f, &Default::default()).expect("ir");
+    // Folded on registers, without a chain: shuffles of halves. Four registers straight;
+    // a long row in a loop of four-register groups, whose accumulators are vector phis.
+    let ir_of = |w: i64, form: usize| {
+        let f = row_fold(2, w, Sum, ForKind::Serial, DType::F32, form);
+        tensortune::codegen::llvm::emit_llvm_ir(&f, &Default::default()).expect("ir")
+    };
+    let ir = ir_of(64, 0);
     assert!(ir.contains("shufflevector"), "{ir}");
+    let ir = ir_of(4099, 1);
+    assert!(ir.contains("shufflevector") && ir.contains("phi <"), "{ir}");
+    // A gather stays a chain.
+    let ir = ir_of(64, 3);
+    assert!(!ir.contains("shufflevector"), "{ir}");
 }
 
 /// `S[j] = max(S[j], A[k, j])` with `j` vectorized (a reduction over rows, the accumulator a

@@ -572,15 +572,18 @@ impl<'ctx> Gen<'ctx, '_> {
         }
     }
 
-    /// A loop whose body only folds a contiguous run of one float buffer into one element of
-    /// another, `acc[c] = acc[c] + rf[k]` over the loop's `k` (the last step of a reduction
-    /// split by `rfactor`, which combines its partial results), becomes register-wide loads
-    /// combined pairwise, then halves of one register, then the old `acc[c]`: a tree a few
-    /// operations deep in place of a chain of `extent` dependent scalar operations
-    /// (docs/measurements.md, "Reductions without NaN checks"). Up to 16 registers' worth;
-    /// other loops are left to the caller (false). A sum's rounding differs from the chain's
-    /// as any reassociation's does, within the check against the reference; a maximum or
-    /// minimum (`maxnum`/`minnum`, which are associative) is the same value.
+    /// A loop whose body only folds a value per iteration into one element, `acc[c] =
+    /// acc[c] + x(k)` over the loop's `k` with `x` reading memory contiguously or uniformly in
+    /// `k` (the last step of a reduction split by `rfactor`, which combines its partial
+    /// results; a dot product; an untuned schedule's row sum), runs `x` on register-wide
+    /// vectors: up to four accumulator registers (a loop over groups of four when the row is
+    /// longer than that), folded pairwise, then by halves of a register, then the iterations
+    /// left over one at a time, then the old `acc[c]`. A chain of `extent` dependent scalar
+    /// operations becomes a few vector ones (docs/measurements.md, "Reductions without NaN
+    /// checks"). Other loops, and rows shorter than a register, are left to the caller
+    /// (false). A sum's rounding differs from the chain's as any reassociation's does,
+    /// within the check against the reference; a maximum or minimum (`maxnum`/`minnum`,
+    /// which are associative) is the same value.
     fn tree_reduction(&mut self, var: &Var, extent: i64, body: &Stmt) -> Res<bool> {
         let body = match body {
             Stmt::Seq(v) if v.len() == 1 => &v[0],
@@ -602,54 +605,140 @@ impl<'ctx> Gen<'ctx, '_> {
             return Ok(false);
         }
         let is_acc = |e: &Expr| matches!(e, Expr::BufLoad { buf: lb, index: li, .. } if lb == buf && **li == *index);
-        let x = if is_acc(a) {
-            b
+        let (acc, x) = if is_acc(a) {
+            (a, b)
         } else if is_acc(b) {
-            a
+            (b, a)
         } else {
             return Ok(false);
         };
-        let Expr::BufLoad {
-            buf: src,
-            dtype: sd,
-            index: xi,
-        } = &**x
-        else {
-            return Ok(false);
-        };
-        if src == buf || *sd != d || super::vector::stride_of(xi, var.id) != Some(1) {
-            return Ok(false);
-        }
+        // Every load of `x` contiguous or uniform in `k` (no gathers), none of the
+        // accumulator's buffer, and `x` a function of `k`.
+        let mut plain = x.uses_var(var.id);
+        x.visit(&mut |e| match e {
+            Expr::BufLoad {
+                buf: lb, index: li, ..
+            } => {
+                plain &= lb != buf && matches!(super::vector::stride_of(li, var.id), Some(0 | 1));
+            }
+            Expr::Load { .. } | Expr::Reduce { .. } => plain = false,
+            _ => {}
+        });
         let bits = self.opts.vector_bits.unwrap_or(self.host.vector_bits) as u64;
         let lanes = (bits / (8 * self.mem_bytes(d))) as i64;
-        let chunks = extent / lanes.max(1);
         // Halving a register down to one lane needs a power of two (`vector_bits` is one).
-        if lanes < 2 || !(lanes as u64).is_power_of_two() || !(1..=16).contains(&chunks) {
+        if !plain || lanes < 2 || !(lanes as u64).is_power_of_two() || extent < lanes {
             return Ok(false);
         }
+        let chunks = extent / lanes;
+        let regs = chunks.min(4);
+        let (trips, extra) = (chunks / regs, chunks % regs);
         let i64t = self.cx.i64_type();
-        let vty = super::expr::TypeExt::vec_type_of(self.mem_ty(d), lanes as u32)?;
-        let mut parts: Vec<BasicValueEnum<'ctx>> = Vec::new();
-        for c in 0..chunks {
-            self.bind_var(var, Some(i64t.const_int((c * lanes) as u64, false).into()));
-            let p = self.elem_ptr(*src, xi)?;
-            let v = self.b.build_load(vty, p, "part")?;
-            if let Some(i) = inkwell::values::BasicValue::as_instruction_value(&v) {
-                i.set_alignment(self.mem_bytes(d) as u32)
-                    .map_err(|e| CodegenError::Llvm(e.to_string()))?;
+        // `x` at iteration `base + lane`: `k` replaced by a scalar variable for the base and
+        // a vector one for the lanes, vectorized over the latter as a loop of `lanes` is.
+        let (base_var, lane_var) = (
+            Var::new(self.func.num_vars, "fold.base"),
+            Var::new(self.func.num_vars + 1, "fold.lane"),
+        );
+        let xs = x.substitute(&|v: &Var| {
+            (v.id == var.id)
+                .then(|| Expr::bin(BinOp::Add, Expr::var(&base_var), Expr::var(&lane_var)))
+        });
+        let ramp: Vec<IntValue> = (0..lanes as u64)
+            .map(|l| i64t.const_int(l, false))
+            .collect();
+        let ramp = inkwell::types::VectorType::const_vector(&ramp);
+        let chunk = |g: &mut Self, base: IntValue<'ctx>| -> Res<BasicValueEnum<'ctx>> {
+            g.bind_var(&base_var, Some(base.into()));
+            g.bind_var(&lane_var, Some(ramp.into()));
+            g.vec = Some(VecCtx {
+                var: lane_var.id,
+                lanes: lanes as u32,
+                active: lanes as u32,
+                mask: None,
+                tail: None,
+                lane0: 0,
+            });
+            let v = g.expr(&xs);
+            g.vec = None;
+            g.bind_var(&lane_var, None);
+            g.bind_var(&base_var, None);
+            let v = g.broadcast(v?, lanes as u32)?;
+            Ok(v.into())
+        };
+        let konst = |k: i64| i64t.const_int(k as u64, false);
+        let mut accs: Vec<BasicValueEnum<'ctx>> = Vec::with_capacity(regs as usize);
+        if trips == 1 {
+            for j in 0..regs {
+                accs.push(chunk(self, konst(j * lanes))?);
             }
-            parts.push(v);
+        } else {
+            // A loop over groups of `regs` registers, the accumulators its phis.
+            let identity = match op {
+                // -0 + x is x for every x, -0 included.
+                BinOp::Add => Expr::Const(if d == DType::F32 {
+                    tensortune_schedules::Const::F32(-0.0)
+                } else {
+                    tensortune_schedules::Const::F64(-0.0)
+                }),
+                BinOp::Max => Expr::Const(tensortune_schedules::expr::Combiner::Max.identity(d)),
+                _ => Expr::Const(tensortune_schedules::expr::Combiner::Min.identity(d)),
+            };
+            let id = self.expr(&identity)?;
+            let id: BasicValueEnum<'ctx> = self.broadcast(id, lanes as u32)?.into();
+            let pre = self.current_block()?;
+            let header = self.new_block("fold.loop");
+            let exit = self.new_block("fold.end");
+            self.b.build_unconditional_branch(header)?;
+            self.b.position_at_end(header);
+            let q = self.b.build_phi(i64t, "fold.q")?;
+            q.add_incoming(&[(&i64t.const_zero(), pre)]);
+            let mut phis = Vec::with_capacity(regs as usize);
+            for _ in 0..regs {
+                let p = self.b.build_phi(id.get_type(), "fold.acc")?;
+                p.add_incoming(&[(&id, pre)]);
+                phis.push(p);
+            }
+            let qv = q.as_basic_value().into_int_value();
+            let group = self
+                .b
+                .build_int_mul(qv, konst(regs * lanes), "fold.group")?;
+            let mut next = Vec::with_capacity(regs as usize);
+            for (j, p) in phis.iter().enumerate() {
+                let base = self
+                    .b
+                    .build_int_add(group, konst(j as i64 * lanes), "fold.at")?;
+                let v = chunk(self, base)?;
+                next.push(self.binop(*op, d, p.as_basic_value(), v)?);
+            }
+            let q1 = self.b.build_int_add(qv, konst(1), "fold.next")?;
+            let latch = self.current_block()?;
+            q.add_incoming(&[(&q1, latch)]);
+            for (p, v) in phis.iter().zip(&next) {
+                p.add_incoming(&[(v, latch)]);
+            }
+            let more =
+                self.b
+                    .build_int_compare(IntPredicate::SLT, q1, konst(trips), "fold.more")?;
+            self.b.build_conditional_branch(more, header, exit)?;
+            self.b.position_at_end(exit);
+            accs = next;
         }
-        while parts.len() > 1 {
-            let mut next = Vec::with_capacity(parts.len().div_ceil(2));
-            for pair in parts.chunks(2) {
+        for j in 0..extra {
+            let v = chunk(self, konst((trips * regs + j) * lanes))?;
+            let slot = j as usize % accs.len();
+            accs[slot] = self.binop(*op, d, accs[slot], v)?;
+        }
+        while accs.len() > 1 {
+            let mut next = Vec::with_capacity(accs.len().div_ceil(2));
+            for pair in accs.chunks(2) {
                 next.push(match *pair {
                     [l, r] => self.binop(*op, d, l, r)?,
                     // The odd one out waits for the next level.
                     _ => pair[0],
                 });
             }
-            parts = next;
+            accs = next;
         }
         let as_vector = |x: BasicValueEnum<'ctx>| match x {
             BasicValueEnum::VectorValue(v) => Ok(v),
@@ -657,7 +746,7 @@ impl<'ctx> Gen<'ctx, '_> {
                 "a fold of registers gave a scalar".into(),
             )),
         };
-        let mut v = as_vector(parts[0])?;
+        let mut v = as_vector(accs[0])?;
         let i32t = self.cx.i32_type();
         let mut n = lanes as u64;
         while n > 1 {
@@ -675,13 +764,13 @@ impl<'ctx> Gen<'ctx, '_> {
             .b
             .build_extract_element(v, i64t.const_zero(), "folded")?;
         for k in chunks * lanes..extent {
-            self.bind_var(var, Some(i64t.const_int(k as u64, false).into()));
+            self.bind_var(var, Some(konst(k).into()));
             let xv = self.expr(x)?;
             r = self.binop(*op, d, r, xv)?;
         }
         self.bind_var(var, None);
-        let acc = self.expr(if is_acc(a) { a } else { b })?;
-        let folded = self.binop(*op, d, acc, r)?;
+        let old = self.expr(acc)?;
+        let folded = self.binop(*op, d, old, r)?;
         let ptr = self.elem_ptr(*buf, index)?;
         let st = self.b.build_store(ptr, folded)?;
         st.set_alignment(self.mem_bytes(d) as u32)
