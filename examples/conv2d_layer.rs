@@ -6,7 +6,6 @@ mod common_args;
 
 use tensortune::measure::{CpuMeasurer, MeasureOptions};
 use tensortune::schedules::ops::WorkloadSpec;
-use tensortune::schedules::schedule::State;
 use tensortune::{tune, Kernel, Target, TuneOptions};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -27,7 +26,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dag = spec.build()?;
     // The untuned program, measured the same way.
     let mut m = CpuMeasurer::new(MeasureOptions::default());
-    let default = Kernel::from_state(&State::new(&dag), &Default::default())?;
+    let default = Kernel::from_state(
+        &tensortune::build::default_cpu_state(&dag, 1),
+        &Default::default(),
+    )?;
     let d = m
         .measure_kernels(&dag, &[default])
         .pop()

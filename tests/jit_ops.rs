@@ -57,11 +57,38 @@ fn check(spec: &str, dag: &ComputeDag, state: &State, seed: u64, threads: usize)
 }
 
 #[test]
-fn every_op_default_schedule() {
+fn every_op_naive_schedule() {
     for (i, spec) in SPECS.iter().enumerate() {
         let d = dag(spec);
         check(spec, &d, &State::new(&d), i as u64, 1);
     }
+}
+
+/// The schedule an untuned workload runs on (the sketch draw the analytic estimate ranks
+/// best, `default_cpu_state`), on one and two threads: every op computes what the evaluator
+/// does, the choice is the same on every call, and where the op's loops as written would
+/// read across rows innermost (matmul), it is a tiled program, not those loops.
+#[test]
+fn every_op_cpu_default_schedule() {
+    for (i, spec) in SPECS.iter().enumerate() {
+        let d = dag(spec);
+        for threads in [1, 2] {
+            let s = tensortune::build::default_cpu_state(&d, threads);
+            let again = tensortune::build::default_cpu_state(&d, threads);
+            assert_eq!(s.trace(), again.trace(), "{spec}: not deterministic");
+            check(spec, &d, &s, i as u64, threads);
+        }
+    }
+    let d = dag("matmul:M=64,N=64,K=64");
+    let s = tensortune::build::default_cpu_state(&d, 1);
+    assert!(
+        s.trace()
+            .steps
+            .iter()
+            .any(|st| matches!(st, tensortune_schedules::trace::Step::Split { .. })),
+        "{}",
+        s.trace()
+    );
 }
 
 /// Innermost loop of the last stage vectorized, outermost parallel, the one before the

@@ -688,6 +688,31 @@ impl Expr {
         })
     }
 
+    /// The constant stride of this (index) expression in variable `v`: `Some(s)` if it is
+    /// `base + s * v` with `base` free of `v` (`Some(0)` if `v` does not occur), `None` if it
+    /// is not affine in `v` with a constant coefficient.
+    pub fn stride_in(&self, v: u32) -> Option<i64> {
+        if !self.uses_var(v) {
+            return Some(0);
+        }
+        match self {
+            Expr::Var(x) => Some(if x.id == v { 1 } else { 0 }),
+            Expr::Bin(BinOp::Add, a, b) => a.stride_in(v)?.checked_add(b.stride_in(v)?),
+            Expr::Bin(BinOp::Sub, a, b) => a.stride_in(v)?.checked_sub(b.stride_in(v)?),
+            Expr::Bin(BinOp::Mul, a, b) => match (a.as_int(), b.as_int()) {
+                (Some(c), _) => b.stride_in(v)?.checked_mul(c),
+                (_, Some(c)) => a.stride_in(v)?.checked_mul(c),
+                _ => None,
+            },
+            Expr::Cast(d, a)
+                if d.is_int() && a.dtype().is_int() && d.bytes() >= a.dtype().bytes() =>
+            {
+                a.stride_in(v)
+            }
+            _ => None,
+        }
+    }
+
     /// True if the variable occurs in the expression.
     pub fn uses_var(&self, id: u32) -> bool {
         let mut found = false;

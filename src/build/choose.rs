@@ -253,7 +253,10 @@ pub fn choose_dag(
         target: target_key.to_string(),
         available,
     });
-    let mut choice = default_choice_dag(key, dag, name)?;
+    let threads = target_key
+        .parse::<tensortune_schedules::target::TargetKey>()
+        .map_or(1, |k| k.threads());
+    let mut choice = default_choice_threads(key, dag, name, threads)?;
     choice.warnings = warnings;
     Ok(choice)
 }
@@ -271,17 +274,37 @@ pub(crate) fn default_choice(
     default_choice_dag(&key, &dag, name)
 }
 
-/// The default schedule of a DAG filed under `key`, lowered, with the function named `name`.
+/// The schedule a workload runs on without a record, on this CPU with `threads` threads:
+/// the best the analytic estimate ranks of seeded draws of the CPU sketches
+/// ([`tensortune_tuner::sketch::rules::cpu_default_schedule`]; the same on every run on one
+/// machine), not the op's loops as written.
+pub fn default_cpu_state(dag: &ComputeDag, threads: usize) -> State {
+    let desc = crate::codegen::HostTarget::host().desc(threads);
+    tensortune_tuner::sketch::rules::cpu_default_schedule(dag, &desc)
+}
+
+/// The default schedule of a DAG filed under `key` ([`default_cpu_state`] for one thread),
+/// lowered, with the function named `name`.
 pub fn default_choice_dag(
     key: &str,
     dag: &ComputeDag,
     name: Option<&str>,
 ) -> Result<Choice, ReuseError> {
+    default_choice_threads(key, dag, name, 1)
+}
+
+/// [`default_choice_dag`] for `threads` threads.
+pub fn default_choice_threads(
+    key: &str,
+    dag: &ComputeDag,
+    name: Option<&str>,
+    threads: usize,
+) -> Result<Choice, ReuseError> {
     let lopts = LowerOptions {
         name: name.map(str::to_string),
         ..LowerOptions::default()
     };
-    let state = State::new(dag);
+    let state = default_cpu_state(dag, threads);
     let func = lower_with(&state, &lopts).map_err(|source| ReuseError::Lower {
         workload: key.to_string(),
         source,

@@ -59,7 +59,8 @@ pub use archive::{write as write_archive, Member};
 #[cfg(feature = "tuning")]
 pub(crate) use choose::choose_named;
 pub use choose::{
-    choose, choose_dag, default_choice_dag, Choice, Missing, ReuseOptions, ReuseWarning, Source,
+    choose, choose_dag, default_choice_dag, default_choice_threads, default_cpu_state, Choice,
+    Missing, ReuseOptions, ReuseWarning, Source,
 };
 pub use error::ReuseError;
 pub use model::ModelSource;

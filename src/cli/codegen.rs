@@ -18,7 +18,6 @@ use tensortune_records::Database;
 use tensortune_schedules::gpu::verify::verify_gpu;
 use tensortune_schedules::lower::{lower_with, LowerOptions};
 use tensortune_schedules::ops::WorkloadSpec;
-use tensortune_schedules::schedule::State;
 use tensortune_schedules::target::{CudaDesc, CudaKey, TargetKey};
 use tensortune_schedules::ComputeDag;
 
@@ -183,7 +182,10 @@ pub fn codegen(args: &CodegenArgs, out: &mut dyn Write) -> Result<(), CliError> 
             choice.func
         }
         None => lower_with(
-            &State::new(&dag),
+            &crate::build::default_cpu_state(
+                &dag,
+                key.parse::<TargetKey>().map_or(1, |k| k.threads()),
+            ),
             &LowerOptions {
                 name: Some(symbol_name(&spec)),
                 ..LowerOptions::default()

@@ -13,7 +13,6 @@ use tensortune_schedules::gpu::verify::verify_gpu;
 use tensortune_schedules::ir::LoweredFunc;
 use tensortune_schedules::lower::lower;
 use tensortune_schedules::ops::OPS;
-use tensortune_schedules::schedule::State;
 use tensortune_schedules::target::{CudaDesc, TargetKey};
 use tensortune_schedules::trace::Trace;
 use tensortune_schedules::ComputeDag;
@@ -119,10 +118,19 @@ pub fn show(args: &ShowArgs, out: &mut dyn Write) -> Result<(), CliError> {
                     };
                     (state, what)
                 }
-                None => (
-                    State::new(&dag),
-                    "the default schedule (untuned)".to_string(),
-                ),
+                None => {
+                    let state = crate::build::default_cpu_state(
+                        &dag,
+                        target.parse::<TargetKey>().map_or(1, |k| k.threads()),
+                    );
+                    let what = if state.trace().steps.is_empty() {
+                        "the default schedule (untuned: the op's loops as written)"
+                    } else {
+                        "the default schedule (untuned: the sketch draw the analytic estimate \
+                         ranks best)"
+                    };
+                    (state, what.to_string())
+                }
             };
             let func = lower(&state).map_err(|e| CliError::Internal(e.to_string()))?;
             (what, state.trace().clone(), func)

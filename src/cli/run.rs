@@ -175,7 +175,7 @@ fn measure(args: &RunArgs, threads: usize) -> Result<RunResult, CliError> {
     let (spec, dag) = parse_workload(&args.workload)?;
     let target = HostTarget::host().key(threads);
     let (state, source) = schedule_from(args.db.as_deref(), &spec, &dag, &target, || {
-        State::new(&dag)
+        crate::build::default_cpu_state(&dag, threads)
     })?;
     let kernel = Kernel::from_state(&state, &Default::default())
         .map_err(|e| CliError::Internal(e.to_string()))?;

@@ -30,7 +30,7 @@ pub use tensortune_model::{parse_input_shape, testing, ImportOptions, Plan};
 #[cfg(feature = "tuning")]
 pub use tune::{tune_model, tune_plans};
 
-use crate::build::{choose_dag, default_choice_dag, Missing, ReuseError, Source};
+use crate::build::{choose_dag, default_choice_threads, Missing, ReuseError, Source};
 use crate::kernel::Kernel;
 use crate::runtime::Runtime;
 use crate::Target;
@@ -188,7 +188,7 @@ impl Model {
         for t in &plan.tasks {
             let choice = match &db {
                 Some(db) => choose_dag(db, &t.key, &t.dag, &target_key, Missing::Fallback, None)?,
-                None => default_choice_dag(&t.key, &t.dag, None)?,
+                None => default_choice_threads(&t.key, &t.dag, None, opts.threads.max(1))?,
             };
             let kernel = Kernel::compile_with(&choice.func, &Default::default()).map_err(|e| {
                 Error::Compile {

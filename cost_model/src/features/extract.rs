@@ -220,8 +220,9 @@ struct Walker<'f> {
     prefetches: f64,
 }
 
-/// Appends one row per store of `func` to a fresh vector; returns it with the row count.
-pub(crate) fn extract_rows(func: &LoweredFunc, core: &CoreModel) -> (Vec<f32>, usize) {
+/// The walk behind the features: every store's row, and the program's estimated cycles.
+/// Returns the walker and the number of stores.
+fn walk<'f>(func: &'f LoweredFunc, core: &CoreModel) -> (Walker<'f>, usize) {
     let mut store_users = vec![0u32; func.buffers.len()];
     let mut stores = 0usize;
     func.body.visit(&mut |s| {
@@ -262,6 +263,20 @@ pub(crate) fn extract_rows(func: &LoweredFunc, core: &CoreModel) -> (Vec<f32>, u
         prefetches: 0.0,
     };
     w.stmt(&func.body);
+    (w, stores)
+}
+
+/// The analytic estimate of the cycles `func` takes on `core`: the sum over its stores of
+/// their micro-kernel estimate (what `program_cycles_per_flop` divides by the program's
+/// float operations; undivided, a program that computes something many times over is
+/// charged for every time).
+pub(crate) fn estimated_cycles(func: &LoweredFunc, core: &CoreModel) -> f64 {
+    walk(func, core).0.program_cycles
+}
+
+/// Appends one row per store of `func` to a fresh vector; returns it with the row count.
+pub(crate) fn extract_rows(func: &LoweredFunc, core: &CoreModel) -> (Vec<f32>, usize) {
+    let (mut w, _) = walk(func, core);
     let rows = w.out.len() / N_FEATURES;
     let per_flop = slog(w.program_cycles / w.program_flops.max(1.0));
     for r in 0..rows {

@@ -113,6 +113,14 @@ impl TryFrom<FlatFeatures> for ProgramFeatures {
     }
 }
 
+/// The analytic estimate of the cycles `func` takes on `core`, summed over its stores (the
+/// micro-kernel group's estimate, before `program_cycles_per_flop` divides it by the
+/// program's float operations, so that computing a value many times over counts every
+/// time). What ranks programs where nothing has been measured: the CPU's default schedule.
+pub fn estimated_cycles(func: &LoweredFunc, core: &CoreModel) -> f64 {
+    extract::estimated_cycles(func, core)
+}
+
 impl ProgramFeatures {
     /// Extracts the features of a lowered program (microseconds for a typical kernel), its
     /// micro-kernel costed on the default [`CoreModel`].

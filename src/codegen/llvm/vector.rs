@@ -52,26 +52,9 @@ use tensortune_schedules::{BufId, DType, Expr};
 
 type V<'ctx> = BasicValueEnum<'ctx>;
 
-/// The constant stride of `e` in variable `v`: `Some(s)` if `e = base + s * v` with `base` free
-/// of `v`, `None` if `e` is not affine in `v` with a constant coefficient.
+/// The constant stride of `e` in variable `v` ([`Expr::stride_in`]).
 pub(super) fn stride_of(e: &Expr, v: u32) -> Option<i64> {
-    if !e.uses_var(v) {
-        return Some(0);
-    }
-    match e {
-        Expr::Var(x) => Some(if x.id == v { 1 } else { 0 }),
-        Expr::Bin(BinOp::Add, a, b) => stride_of(a, v)?.checked_add(stride_of(b, v)?),
-        Expr::Bin(BinOp::Sub, a, b) => stride_of(a, v)?.checked_sub(stride_of(b, v)?),
-        Expr::Bin(BinOp::Mul, a, b) => match (a.as_int(), b.as_int()) {
-            (Some(c), _) => stride_of(b, v)?.checked_mul(c),
-            (_, Some(c)) => stride_of(a, v)?.checked_mul(c),
-            _ => None,
-        },
-        Expr::Cast(d, a) if d.is_int() && a.dtype().is_int() && d.bytes() >= a.dtype().bytes() => {
-            stride_of(a, v)
-        }
-        _ => None,
-    }
+    e.stride_in(v)
 }
 
 /// True if `body` of a vectorized loop over `v` may run as SIMD lanes (see the module doc).

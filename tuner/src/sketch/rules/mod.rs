@@ -28,6 +28,7 @@
 //! `auto_unroll_max_step`. Vector lanes come from the [`TargetDesc`], per dtype.
 
 mod builder;
+mod cpu_default;
 mod gpu;
 mod gpu_reduce;
 mod inline;
@@ -37,6 +38,7 @@ mod rfactor;
 mod row_wise;
 
 pub use builder::SketchBuilder;
+pub use cpu_default::{cpu_default_schedule, CPU_DEFAULT_DRAWS};
 pub use gpu::{
     default_schedule, AutoBind, DefaultGpuSchedule, DefaultScore, GpuInline, GpuTiling,
     DEFAULT_DRAWS, DEFAULT_LOCAL_BYTES, DEFAULT_THREADS, GPU_UNROLL_STEPS, MAX_THREADS,
