@@ -94,6 +94,11 @@ pub struct TuneReport {
     pub remeasured: Vec<Remeasured>,
     /// What the cost model knew before the first round (`None`: it started untrained).
     pub warm_start: Option<WarmStart>,
+    /// The workload's default schedule (what it runs without a record: on a CPU
+    /// [`crate::build::default_cpu_state`]), timed in the rounds that re-measure the top
+    /// programs, so that the gain of tuning over it is measured side by side (`None` when
+    /// re-measurement is off or the default failed).
+    pub default_latency_s: Option<f64>,
 }
 
 /// Where a run's cost model came from when it did not start untrained.
@@ -356,6 +361,7 @@ pub fn tune_dags<B: Backend>(
         let mut best_latency = tuning_latency;
         let mut best_trace = t.best.as_ref().map(|b| b.state.trace().to_json());
         let mut remeasured = Vec::new();
+        let mut default_latency = None;
         if opts.remeasure_top > 0 {
             let r = remeasure(backend, dag, t, &opts, db.as_ref(), &target_key);
             if let Some((l, trace)) = r.best {
@@ -363,6 +369,7 @@ pub fn tune_dags<B: Backend>(
                 best_trace = Some(trace);
             }
             remeasured = r.programs;
+            default_latency = r.default;
         }
         let min_bytes = dag.min_bytes();
         let min_written_bytes = dag.min_written_bytes();
@@ -393,6 +400,7 @@ pub fn tune_dags<B: Backend>(
                 .map(|l| min_bytes / l / 1e9),
             remeasured,
             warm_start: warm_start.clone(),
+            default_latency_s: default_latency,
         });
     }
     Ok(reports)
@@ -404,6 +412,18 @@ struct RemeasureResult {
     best: Option<(f64, String)>,
     /// Every re-measured program in its tuning order.
     programs: Vec<Remeasured>,
+    /// The default schedule's median, timed in the same rounds.
+    default: Option<f64>,
+}
+
+/// The schedule `dag` runs on `target` without a record (the CPU's or the GPU's default).
+fn default_state(dag: &ComputeDag, target: &tensortune_schedules::target::TargetDesc) -> State {
+    match target {
+        tensortune_schedules::target::TargetDesc::Cuda(d) => {
+            tensortune_tuner::sketch::rules::default_schedule(dag, d).0
+        }
+        cpu => tensortune_tuner::sketch::rules::cpu_default_schedule(dag, cpu),
+    }
 }
 
 /// Re-measures the best few programs of a task (from the database when there is one, so
@@ -421,6 +441,7 @@ fn remeasure<B: Backend>(
     let none = RemeasureResult {
         best: None,
         programs: Vec::new(),
+        default: None,
     };
     // (state, latency during tuning), best first.
     let mut states: Vec<(State, f64)> = Vec::new();
@@ -446,13 +467,20 @@ fn remeasure<B: Backend>(
     }
     let mut m = backend.measurer(Purpose::Final, opts.seed);
     let mut per: Vec<Vec<f64>> = vec![Vec::new(); states.len()];
+    // The default schedule, last in every round (its median is reported apart).
+    let default = default_state(dag, &backend.target());
+    let mut default_times = Vec::new();
     for _round in 0..3 {
         for (i, (s, _)) in states.iter().enumerate() {
             if let Some(Ok(tm)) = m.measure(dag, std::slice::from_ref(s)).pop() {
                 per[i].push(tm.median_s);
             }
         }
+        if let Some(Ok(tm)) = m.measure(dag, std::slice::from_ref(&default)).pop() {
+            default_times.push(tm.median_s);
+        }
     }
+    default_times.sort_by(|a, b| a.total_cmp(b));
     let mut best: Option<(f64, usize)> = None;
     let mut programs = Vec::with_capacity(states.len());
     for (i, v) in per.iter_mut().enumerate() {
@@ -473,5 +501,6 @@ fn remeasure<B: Backend>(
     RemeasureResult {
         best: best.and_then(|(l, i)| Some((l, states.get(i)?.0.trace().to_json()))),
         programs,
+        default: default_times.get(default_times.len() / 2).copied(),
     }
 }

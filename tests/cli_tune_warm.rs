@@ -158,6 +158,10 @@ fn memory_bound_ops_report_gb_per_s_and_the_remeasured_ranking() {
     assert_eq!(v["remeasured_best_rank"], fastest, "{v}");
     assert_eq!(latency, re[fastest - 1]);
     assert_eq!(v["tuning_latency_s"].as_f64(), Some(tuning[0]));
+    // The default schedule (what the workload runs without a record) timed in the same
+    // rounds, so that the gain of tuning over it is measured side by side.
+    let default = v["default_latency_s"].as_f64().expect("the default timed");
+    assert!(default > 0.0 && default.is_finite(), "{v}");
 
     // This run's failed trials, and the database's failed records by kind (a CPU run of
     // reduce_sum has none).

@@ -343,6 +343,23 @@ fn tune_on<B: Backend>(
                     if let Some(line) = remeasure_line(r) {
                         writeln!(out, "  {line}").map_err(io)?;
                     }
+                    if let Some(d) = r.default_latency_s.filter(|d| *d > 0.0) {
+                        let verdict = if d >= l {
+                            format!("{:.2}x faster after tuning", d / l)
+                        } else {
+                            format!(
+                                "faster than tuning's best by {:.2}x: more trials, or keep the \
+                                 default (no record)",
+                                l / d
+                            )
+                        };
+                        writeln!(
+                            out,
+                            "  the default schedule (no record) re-measured {:.3} ms: {verdict}",
+                            d * 1e3
+                        )
+                        .map_err(io)?;
+                    }
                 }
                 _ => writeln!(
                     out,
@@ -399,6 +416,7 @@ fn tune_on<B: Backend>(
                 "tuning_latency_s": r.tuning_latency_s,
                 "remeasured": r.remeasured,
                 "remeasured_best_rank": r.remeasured_best_rank(),
+                "default_latency_s": r.default_latency_s,
                 "warm_start": r.warm_start,
                 "tuning_s": r.tuning_s,
                 "db": tensortune_records::redacted(&args.db),
