@@ -8,6 +8,9 @@
 //! The cost model is a fixed linear function of the features defined here, not XGBoost, so the
 //! golden does not depend on a library's floating-point summation order on one machine.
 
+// This needs the cost model and the tuning loop: the `model` feature (on by default).
+#![cfg(feature = "model")]
+
 use std::path::Path;
 use tensortune_cost_model::{CostModel, ModelError, ProgramFeatures, Sample};
 use tensortune_schedules::ops::WorkloadSpec;

@@ -3,6 +3,9 @@
 //! task scheduler gives more rounds to the task with most to gain, and no program over the
 //! unrolled-statement limit is proposed.
 
+// These need the cost model and the tuning loop: the `model` feature (on by default).
+#![cfg(feature = "model")]
+
 use rand::SeedableRng;
 use tensortune_cost_model::{CostModel, GbdtModel, GbdtOptions, RandomModel};
 use tensortune_records::Database;

@@ -2,6 +2,9 @@
 //! others, the budget's last batch is not (no search follows it), and while the model has
 //! learnt nothing a round is a plain random sample, not a population ranked by noise.
 
+// These need the cost model and the tuning loop: the `model` feature (on by default).
+#![cfg(feature = "model")]
+
 use std::sync::{Arc, Mutex};
 use tensortune_cost_model::{
     CostModel, GbdtModel, GbdtOptions, ModelError, ProgramFeatures, Sample,
