@@ -2,7 +2,8 @@
 //! and `codegen` without `--db`, `Kernel::from_records` and a model's untuned layers).
 //!
 //! The op's loops as written ([`State::new`]) run a matmul with its reduction innermost,
-//! reading `B` across rows: under a GFLOP/s on a core that reaches a hundred. Where they
+//! reading `B` across rows: a small fraction of what a tiled program does
+//! (docs/measurements.md, "A default schedule worth running"). Where they
 //! do not compile well, seeded draws of the CPU sketches (the search's own space, so every
 //! draw is a program the search could have measured) and the loops as written are ranked by
 //! the analytic estimate of their cycles (the cost model's), and the best taken. Nothing is
