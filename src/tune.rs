@@ -341,8 +341,12 @@ pub fn tune_dags<B: Backend>(
                 .map(|db| std::path::PathBuf::from(tensortune_records::redacted(db))),
             ..opts.clone()
         };
-        let mut tuner = Tuner::new(recorded, measurer.as_mut(), db.as_mut(), Box::new(model))
-            .for_target(target, backend.rules());
+        let mut tuner =
+            Tuner::new(recorded, measurer.as_mut(), db.as_mut(), Box::new(model))
+                .for_target(target, backend.rules())
+                .with_default_schedules(tasks.iter().filter_map(|(key, dag, _)| {
+                    Some((key.clone(), backend.default_schedule(dag)?))
+                }));
         if opts.quiet {
             tuner.run(inputs, &mut Silent)?
         } else {
@@ -416,16 +420,6 @@ struct RemeasureResult {
     default: Option<f64>,
 }
 
-/// The schedule `dag` runs on `target` without a record (the CPU's or the GPU's default).
-fn default_state(dag: &ComputeDag, target: &tensortune_schedules::target::TargetDesc) -> State {
-    match target {
-        tensortune_schedules::target::TargetDesc::Cuda(d) => {
-            tensortune_tuner::sketch::rules::default_schedule(dag, d).0
-        }
-        cpu => tensortune_tuner::sketch::rules::cpu_default_schedule(dag, cpu),
-    }
-}
-
 /// Re-measures the best few programs of a task (from the database when there is one, so
 /// resumed records count), interleaved over three rounds (on the CPU, each candidate in a
 /// fresh forked child); returns the best re-measured median and its trace, and each
@@ -468,7 +462,7 @@ fn remeasure<B: Backend>(
     let mut m = backend.measurer(Purpose::Final, opts.seed);
     let mut per: Vec<Vec<f64>> = vec![Vec::new(); states.len()];
     // The default schedule, last in every round (its median is reported apart).
-    let default = default_state(dag, &backend.target());
+    let default = backend.default_schedule(dag);
     let mut default_times = Vec::new();
     for _round in 0..3 {
         for (i, (s, _)) in states.iter().enumerate() {
@@ -476,7 +470,10 @@ fn remeasure<B: Backend>(
                 per[i].push(tm.median_s);
             }
         }
-        if let Some(Ok(tm)) = m.measure(dag, std::slice::from_ref(&default)).pop() {
+        if let Some(Ok(tm)) = default
+            .as_ref()
+            .and_then(|d| m.measure(dag, std::slice::from_ref(d)).pop())
+        {
             default_times.push(tm.median_s);
         }
     }

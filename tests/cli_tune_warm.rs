@@ -1,7 +1,7 @@
 //! `tensortune tune`'s cost model start (`--model`, `--cold`, and by default a model trained on
 //! the database's other workloads of the same target), its GB/s figure for memory-bound ops,
-//! its report of the re-measured top programs against their tuning order, and records kept
-//! apart by thread count.
+//! its report of the re-measured top programs against their tuning order, records kept apart
+//! by thread count, and the default schedule measured with the rest.
 
 use std::path::Path;
 use std::process::Command;
@@ -207,5 +207,46 @@ fn a_two_thread_record_is_never_reused_for_one_thread() {
     assert_eq!(one["resumed"]["trials"], 0, "{one}");
     assert!(one["warm_start"].is_null(), "{one}");
     assert_eq!(run_with(&db, w, "1")["schedule"], "best record");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_default_schedule_is_measured_and_recorded() {
+    // What a workload runs without a record is measured in its first batch like any
+    // candidate, so its record competes with the tuned ones; a second run does not measure
+    // it again. For a matmul it is a sketch's instance, for a row sum the loops as written.
+    let dir = temp_dir("default");
+    let db = dir.join("t.db");
+    for (w, trials) in [
+        ("matmul:M=32,N=48,K=64", "8"),
+        ("reduce_sum:M=64,N=256", "4"),
+    ] {
+        let spec = tensortune::WorkloadSpec::parse(w).expect("spec");
+        let dag = spec.build().expect("dag");
+        // Compared as programs: a proposal with the same loop nest stands for it.
+        let program = |s: &tensortune::schedules::schedule::State| {
+            tensortune::tuner::search::program_fingerprint(s).expect("lowers")
+        };
+        let want = program(&tensortune::build::default_cpu_state(&dag, 1));
+        let count = || {
+            let d = tensortune::records::Database::open_read_only(&db).expect("db");
+            let records = d
+                .records(&spec.canonical(), &d.targets().expect("targets")[0])
+                .expect("records");
+            records
+                .iter()
+                .filter(|r| {
+                    let trace = tensortune::schedules::trace::Trace::from_json(&r.trace_json)
+                        .expect("trace");
+                    program(&trace.replay(&dag).expect("replays")) == want
+                })
+                .count()
+        };
+        let v = tune(&db, w, trials, &[]);
+        assert_eq!(v["errors"], 0, "{v}");
+        assert_eq!(count(), 1, "{w}: the default recorded once");
+        tune(&db, w, trials, &[]);
+        assert_eq!(count(), 1, "{w}: and not measured again");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

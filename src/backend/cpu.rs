@@ -9,10 +9,11 @@ use crate::measure::{CpuMeasurer, MeasureOptions};
 use crate::target::Target;
 use std::time::Duration;
 use tensortune_schedules::ir::LoweredFunc;
+use tensortune_schedules::schedule::State;
 use tensortune_schedules::target::{TargetDesc, TargetKey};
 use tensortune_schedules::ComputeDag;
 use tensortune_tuner::measure::{MeasureError, MeasureErrorKind, MeasureResult, Measurer};
-use tensortune_tuner::sketch::rules::{cpu_rules, SketchRule};
+use tensortune_tuner::sketch::rules::{cpu_rules, default_for_target, SketchRule};
 
 /// Measurement settings for tuning: shorter timings than a benchmark's (the final
 /// re-measurement uses the full ones).
@@ -57,6 +58,10 @@ impl Backend for Target {
 
     fn rules(&self) -> Vec<Box<dyn SketchRule>> {
         cpu_rules()
+    }
+
+    fn default_schedule(&self, dag: &ComputeDag) -> Option<State> {
+        Some(default_for_target(dag, &self.target()))
     }
 
     fn compile(&self, func: &LoweredFunc) -> Result<Kernel, MeasureError> {

@@ -30,7 +30,7 @@ use tensortune_schedules::ComputeDag;
 use tensortune_tuner::measure::{
     MeasureError, MeasureErrorKind, MeasureResult, MeasureStats, Measurer, Timing,
 };
-use tensortune_tuner::sketch::rules::{gpu_rules, SketchRule};
+use tensortune_tuner::sketch::rules::{default_for_target, gpu_rules, SketchRule};
 
 /// A `cuda` target that cannot be used.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -498,6 +498,10 @@ impl Backend for CudaBackend {
 
     fn rules(&self) -> Vec<Box<dyn SketchRule>> {
         gpu_rules()
+    }
+
+    fn default_schedule(&self, dag: &ComputeDag) -> Option<State> {
+        Some(default_for_target(dag, &self.target()))
     }
 
     fn compile(&self, func: &LoweredFunc) -> Result<CudaArtifact, MeasureError> {

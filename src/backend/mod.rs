@@ -48,6 +48,14 @@ pub trait Backend: Sync {
     /// The sketch rules for the machine, in the order they are asked.
     fn rules(&self) -> Vec<Box<dyn SketchRule>>;
 
+    /// The schedule a workload runs on this machine without a record, or `None` (the
+    /// default) where the backend has none: tuning measures it in a workload's first batch
+    /// and re-measures it beside the best at the end.
+    fn default_schedule(&self, dag: &ComputeDag) -> Option<State> {
+        let _ = dag;
+        None
+    }
+
     /// Compiles a lowered program.
     fn compile(&self, func: &LoweredFunc) -> Result<Self::Artifact, MeasureError>;
 

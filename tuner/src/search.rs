@@ -29,7 +29,8 @@ use tensortune_schedules::ComputeDag;
 /// A program of the search space.
 #[derive(Clone, Debug)]
 pub struct Candidate {
-    /// Index of its sketch.
+    /// Index of its sketch; out of range (`usize::MAX`) for a program of no sketch, the
+    /// loops as written that a task's first batch measures as its default schedule.
     pub sketch: usize,
     /// The values of the sketch's holes.
     pub decisions: Vec<Vec<i64>>,
@@ -284,9 +285,11 @@ impl SearchSpace {
                 .min(population.len() - 1);
             let parent = &population[i];
             let child = if rng.random_bool(opts.mutation_prob.clamp(0.0, 1.0)) {
-                let sk = &self.sketches[parent.sketch];
-                mutate(sk, &parent.decisions, rng, &opts.mutation_weights)
-                    .and_then(|d| self.candidate(parent.sketch, d))
+                // A candidate of no sketch (the loops as written) has nothing to mutate.
+                self.sketches.get(parent.sketch).and_then(|sk| {
+                    mutate(sk, &parent.decisions, rng, &opts.mutation_weights)
+                        .and_then(|d| self.candidate(parent.sketch, d))
+                })
             } else {
                 None
             };

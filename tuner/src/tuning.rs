@@ -20,7 +20,7 @@ use crate::sketch::rules::{cpu_rules, default_target, SketchRule};
 use rand::rngs::ChaCha8Rng;
 use rand::SeedableRng;
 use rayon::prelude::*;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
 /// Share of an uninformed round's batch drawn at random rather than by the untrained
@@ -243,6 +243,8 @@ struct Task {
     report: TaskReport,
     status: TaskStatus,
     since_improvement: usize,
+    /// Whether the default schedule has been put in a batch (or found measured) this run.
+    default_offered: bool,
 }
 
 impl Task {
@@ -271,6 +273,7 @@ impl Task {
             measured: HashSet::new(),
             good: Vec::new(),
             since_improvement: 0,
+            default_offered: false,
             input,
         }
     }
@@ -342,6 +345,9 @@ pub struct Tuner<'a> {
     /// The sketch rules of that machine.
     rules: Vec<Box<dyn SketchRule>>,
     callbacks: Vec<Box<dyn MeasureCallback>>,
+    /// By workload key, the schedule it runs without a record, measured in its first batch
+    /// ([`Tuner::with_default_schedules`]).
+    default_schedules: HashMap<String, State>,
     /// Samples of resumed records, given to the model before the first round.
     resumed: Vec<Sample>,
     trained_on: usize,
@@ -377,6 +383,7 @@ impl<'a> Tuner<'a> {
             db,
             model,
             callbacks: Vec::new(),
+            default_schedules: HashMap::new(),
             resumed: Vec::new(),
             trained_on: 0,
         }
@@ -386,6 +393,19 @@ impl<'a> Tuner<'a> {
     pub fn for_target(mut self, target: TargetDesc, rules: Vec<Box<dyn SketchRule>>) -> Tuner<'a> {
         self.target = target;
         self.rules = rules;
+        self
+    }
+
+    /// Measures each `(workload key, schedule)`'s schedule, the one the workload runs
+    /// without a record on this machine, first in the workload's first batch of the run
+    /// (unless measured before), so that the records always hold it and a run never ends
+    /// slower than no tuning, measured alike. A backend's own
+    /// (`tensortune::backend::Backend::default_schedule`); none by default.
+    pub fn with_default_schedules(
+        mut self,
+        defaults: impl IntoIterator<Item = (String, State)>,
+    ) -> Tuner<'a> {
+        self.default_schedules.extend(defaults);
         self
     }
 
@@ -557,7 +577,8 @@ impl<'a> Tuner<'a> {
             .min(self.opts.trials - rs.done_trials)
             .max(1);
         let t = Instant::now();
-        let batch = self.propose(task, n, &mut rs.rng);
+        let mut batch = self.propose(task, n, &mut rs.rng);
+        self.offer_default(task, &mut batch, n);
         rs.phases.search_s += t.elapsed().as_secs_f64();
         if batch.is_empty() {
             task.status.done = true;
@@ -583,6 +604,44 @@ impl<'a> Tuner<'a> {
         rs.done_trials += batch.len();
         self.report(task, rs, batch.len(), errors, improved, observer);
         Ok(())
+    }
+
+    /// Puts the task's default schedule ([`Tuner::with_default_schedules`]) first in its
+    /// first batch of the run, unless it was measured before: so a run's records always
+    /// include it, and its best is never slower than no tuning at all as measured in the
+    /// same conditions (a short run of a row sum, whose loops as written fold on registers,
+    /// can otherwise end below them). It takes the place of the batch's last proposal. The
+    /// loops as written are no sketch's instance: they are measured and recorded, never
+    /// mutated ([`Tuner::record`]).
+    fn offer_default(&self, task: &mut Task, batch: &mut Vec<Candidate>, n: usize) {
+        if task.default_offered {
+            return;
+        }
+        task.default_offered = true;
+        let Some(state) = self.default_schedules.get(&task.input.key).cloned() else {
+            return;
+        };
+        let (fp, program) = (fingerprint(&state), program_fingerprint(&state));
+        if task.measured.contains(&fp) || program.is_some_and(|p| task.measured.contains(&p)) {
+            return;
+        }
+        // Proposed already (a sketch with nothing to decide is the loops as written): moved
+        // first, not measured twice.
+        if let Some(i) = batch.iter().position(|c| {
+            fingerprint(&c.state) == fp
+                || program.is_some() && program_fingerprint(&c.state) == program
+        }) {
+            let c = batch.remove(i);
+            batch.insert(0, c);
+            return;
+        }
+        let c = task.space.from_state(&state).unwrap_or(Candidate {
+            sketch: usize::MAX,
+            decisions: Vec::new(),
+            state,
+        });
+        batch.insert(0, c);
+        batch.truncate(n.max(1));
     }
 
     /// Propose: up to `n` new programs of the task, ranked by the model and seeded with the
@@ -650,7 +709,11 @@ impl<'a> Tuner<'a> {
             match r {
                 Ok(tm) => {
                     task.report.cut_short += tm.cut_short as usize;
-                    task.good.push((tm.median_s, c.clone()));
+                    // Only a sketch's instance seeds the search (mutation works on
+                    // its decisions): not the loops as written of `offer_default`.
+                    if c.sketch < task.space.sketches.len() {
+                        task.good.push((tm.median_s, c.clone()));
+                    }
                     improved |= task.offer_best(&c.state, tm.median_s);
                 }
                 Err(_) => errors += 1,

@@ -96,13 +96,18 @@ fn search_beats_random_sampling() {
 struct Logging<'a> {
     inner: &'a mut SimulatedMeasurer,
     log: Vec<String>,
+    /// Each logged program's simulated latency (`None`: an error record).
+    latencies: Vec<Option<f64>>,
 }
 
 impl Measurer for Logging<'_> {
     fn measure(&mut self, dag: &ComputeDag, candidates: &[State]) -> Vec<MeasureResult> {
         self.log
             .extend(candidates.iter().map(|c| c.trace().steps_json()));
-        self.inner.measure(dag, candidates)
+        let r = self.inner.measure(dag, candidates);
+        self.latencies
+            .extend(r.iter().map(|r| r.as_ref().ok().map(|t| t.median_s)));
+        r
     }
     fn target_key(&self) -> String {
         self.inner.target_key()
@@ -119,6 +124,7 @@ fn same_seed_same_trials() {
         let mut logging = Logging {
             inner: &mut m,
             log: Vec::new(),
+            latencies: Vec::new(),
         };
         let dir = tempfile::tempdir().unwrap();
         let mut db = Database::open(dir.path().join("t.db")).unwrap();
@@ -134,6 +140,53 @@ fn same_seed_same_trials() {
         "same seed, same trials in the same order"
     );
     assert_ne!(a, c, "another seed, other trials");
+}
+
+/// The first batch of a run leads with the program the workload runs without a record (a
+/// sketch's instance for a matmul, the loops as written for a row sum), and the batch keeps
+/// its size.
+#[test]
+fn first_batch_leads_with_the_default_schedule() {
+    use tensortune_tuner::sketch::rules::{default_for_target, default_target};
+    for spec in ["matmul:M=64,N=64,K=64", "reduce_sum:M=64,N=256"] {
+        let t = task(spec, 1.0);
+        let o = opts(32, 5);
+        let want = default_for_target(&t.dag, &default_target(&o));
+        let space = SearchSpace::new(t.dag.clone(), &o);
+        let mut m = SimulatedMeasurer::new(&space.sketches, 5, 1e-3);
+        let mut logging = Logging {
+            inner: &mut m,
+            log: Vec::new(),
+            latencies: Vec::new(),
+        };
+        let s = Tuner::new(o.clone(), &mut logging, None, gbdt())
+            .with_default_schedules([(t.key.clone(), want.clone())])
+            .run(vec![t.clone()], &mut Silent)
+            .unwrap();
+        // (The row sum has fewer distinct programs than the budget.)
+        assert!(logging.log.len() <= 32, "{spec}: the budget is kept");
+        assert!(logging.log.len() >= 16, "{spec}: past the first batch");
+        assert_eq!(
+            logging.log[0],
+            want.trace().steps_json(),
+            "{spec}: the default schedule is measured first"
+        );
+        assert_eq!(
+            logging.log.iter().filter(|l| **l == logging.log[0]).count(),
+            1,
+            "{spec}: and once"
+        );
+        let naive = want.trace().steps_json() == State::new(&t.dag).trace().steps_json();
+        assert_eq!(naive, spec.starts_with("reduce_sum"), "{spec}");
+        // (The row sum's loops as written are also its plain sketch's instance, which the
+        // simulated measurer times.)
+        let default_latency = logging.latencies[0].expect("a simulated program");
+        let best = s.tasks[0].best.as_ref().expect("a best").latency_s;
+        assert!(
+            best <= default_latency,
+            "{spec}: never slower than the default"
+        );
+    }
 }
 
 #[test]

@@ -132,6 +132,18 @@ pub trait SketchRule: Send + Sync {
     fn apply(&self, cx: &RuleContext, b: &SketchBuilder, t: TensorId) -> Vec<Variant>;
 }
 
+/// The schedule `dag` runs on `target` without a record: the GPU's default
+/// ([`default_schedule`]) on a CUDA target, else the CPU's ([`cpu_default_schedule`]).
+pub fn default_for_target(
+    dag: &tensortune_schedules::ComputeDag,
+    target: &TargetDesc,
+) -> tensortune_schedules::schedule::State {
+    match target {
+        TargetDesc::Cuda(d) => default_schedule(dag, d).0,
+        cpu => cpu_default_schedule(dag, cpu),
+    }
+}
+
 /// The CPU's rules, in the order they are asked (see the module doc).
 pub fn cpu_rules() -> Vec<Box<dyn SketchRule>> {
     vec![
