@@ -15,7 +15,7 @@
 //! - Loop variables are numbered densely `0..num_vars` within one function, and each is bound
 //!   by exactly one `For`.
 
-use crate::expr::{BufId, DType, Expr, Var};
+use crate::expr::{BinOp, BufId, DType, Expr, Var};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -278,6 +278,76 @@ impl Stmt {
             Stmt::Allocate { body, .. } => body.unrolled_copies(),
             Stmt::Store { .. } | Stmt::Shuffle { .. } | Stmt::Sync | Stmt::Prefetch { .. } => 1,
         }
+    }
+}
+
+/// A loop body that only folds one value per iteration into one element,
+/// `acc = acc op x(k)` ([`Stmt::as_fold`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Fold<'a> {
+    /// The accumulator's buffer.
+    pub buf: BufId,
+    /// The accumulator's index (free of `k`).
+    pub index: &'a Expr,
+    /// The accumulator's load, `acc` of `acc op x`.
+    pub acc: &'a Expr,
+    /// `Add`, `Max` or `Min`.
+    pub op: BinOp,
+    /// The value folded in at iteration `k`.
+    pub x: &'a Expr,
+}
+
+impl Stmt {
+    /// `Some` if this statement, the body of a loop over the variable `k`, is a fold the
+    /// CPU code generator runs on vector registers: one store `acc = acc op x(k)` (or
+    /// `x(k) op acc`) with `op` a float `Add`, `Max` or `Min`, the index free of `k`, and
+    /// `x` a function of `k` whose every load reads memory contiguously or uniformly in
+    /// `k` (stride 0 or 1), none of them the accumulator's buffer: a row sum, a row
+    /// maximum, a dot product. The one definition that both the code generator (which
+    /// folds) and the default schedule (which counts on it) use.
+    pub fn as_fold(&self, k: u32) -> Option<Fold<'_>> {
+        let body = match self {
+            Stmt::Seq(v) if v.len() == 1 => &v[0],
+            b => b,
+        };
+        let Stmt::Store { buf, index, value } = body else {
+            return None;
+        };
+        let Expr::Bin(op, a, b) = value else {
+            return None;
+        };
+        let d = value.dtype();
+        if !matches!(op, BinOp::Add | BinOp::Max | BinOp::Min)
+            || !d.is_float()
+            || a.dtype() != d
+            || b.dtype() != d
+            || index.uses_var(k)
+        {
+            return None;
+        }
+        let is_acc = |e: &Expr| matches!(e, Expr::BufLoad { buf: lb, index: li, .. } if lb == buf && **li == *index);
+        let (acc, x) = if is_acc(a) {
+            (a, b)
+        } else if is_acc(b) {
+            (b, a)
+        } else {
+            return None;
+        };
+        let mut plain = x.uses_var(k);
+        x.visit(&mut |e| match e {
+            Expr::BufLoad {
+                buf: lb, index: li, ..
+            } => plain &= lb != buf && matches!(li.stride_in(k), Some(0 | 1)),
+            Expr::Load { .. } | Expr::Reduce { .. } => plain = false,
+            _ => {}
+        });
+        plain.then_some(Fold {
+            buf: *buf,
+            index,
+            acc,
+            op: *op,
+            x,
+        })
     }
 }
 
@@ -568,6 +638,45 @@ mod tests {
         assert_eq!(
             for_(0, i64::MAX, ForKind::Unrolled, s).unrolled_copies(),
             i64::MAX
+        );
+    }
+
+    /// The innermost loops (a `For` whose body holds no `For`) of the op's loops as written,
+    /// each with whether its body is a fold in its variable.
+    fn innermost_folds(spec: &str) -> Vec<bool> {
+        let dag = crate::ops::WorkloadSpec::parse(spec)
+            .and_then(|w| w.build())
+            .expect("spec");
+        let f = crate::lower::lower(&crate::schedule::State::new(&dag)).expect("lowers");
+        let mut out = Vec::new();
+        f.body.visit(&mut |s| {
+            if let Stmt::For { var, body, .. } = s {
+                let mut inner = false;
+                body.visit(&mut |b| inner |= matches!(b, Stmt::For { .. }));
+                if !inner {
+                    out.push(body.as_fold(var.id).is_some());
+                }
+            }
+        });
+        out
+    }
+
+    #[test]
+    fn folds_are_row_sums_and_dot_products() {
+        // The row sum folds.
+        assert_eq!(innermost_folds("reduce_sum:M=4,N=32"), [true]);
+        // A dot product (one row of the dense layer: A's row and W's row, both contiguous
+        // in k) folds; the bias and ReLU loops do not.
+        assert!(innermost_folds("dense_bias_relu:M=1,N=8,K=32").contains(&true));
+        // A matmul reads B across rows in k (stride N): no fold.
+        assert!(!innermost_folds("matmul:M=4,N=8,K=32").contains(&true));
+        // softmax's row maximum and row sum fold.
+        assert_eq!(
+            innermost_folds("softmax:M=4,N=32")
+                .iter()
+                .filter(|f| **f)
+                .count(),
+            2
         );
     }
 }

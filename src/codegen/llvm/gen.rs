@@ -21,7 +21,7 @@ use inkwell::values::{
 use inkwell::AddressSpace;
 use inkwell::IntPredicate;
 use tensortune_schedules::expr::BinOp;
-use tensortune_schedules::ir::{BufKind, ForKind, LoweredFunc, Stmt};
+use tensortune_schedules::ir::{BufKind, Fold, ForKind, LoweredFunc, Stmt};
 use tensortune_schedules::{BufId, DType, Expr, Var};
 
 pub(super) type Res<T> = Result<T, CodegenError>;
@@ -585,49 +585,25 @@ impl<'ctx> Gen<'ctx, '_> {
     /// within the check against the reference; a maximum or minimum (`maxnum`/`minnum`,
     /// which are associative) is the same value.
     fn tree_reduction(&mut self, var: &Var, extent: i64, body: &Stmt) -> Res<bool> {
-        let body = match body {
-            Stmt::Seq(v) if v.len() == 1 => &v[0],
-            b => b,
-        };
-        let Stmt::Store { buf, index, value } = body else {
+        let Some(Fold {
+            buf,
+            index,
+            acc,
+            op,
+            x,
+        }) = body.as_fold(var.id)
+        else {
             return Ok(false);
         };
-        let Expr::Bin(op, a, b) = value else {
-            return Ok(false);
-        };
+        let (buf, op) = (&buf, &op);
         let d = self.decl(*buf)?.dtype;
-        if !matches!(op, BinOp::Add | BinOp::Max | BinOp::Min)
-            || !matches!(d, DType::F32 | DType::F64)
-            || a.dtype() != d
-            || b.dtype() != d
-            || index.uses_var(var.id)
-        {
+        if x.dtype() != d {
             return Ok(false);
         }
-        let is_acc = |e: &Expr| matches!(e, Expr::BufLoad { buf: lb, index: li, .. } if lb == buf && **li == *index);
-        let (acc, x) = if is_acc(a) {
-            (a, b)
-        } else if is_acc(b) {
-            (b, a)
-        } else {
-            return Ok(false);
-        };
-        // Every load of `x` contiguous or uniform in `k` (no gathers), none of the
-        // accumulator's buffer, and `x` a function of `k`.
-        let mut plain = x.uses_var(var.id);
-        x.visit(&mut |e| match e {
-            Expr::BufLoad {
-                buf: lb, index: li, ..
-            } => {
-                plain &= lb != buf && matches!(super::vector::stride_of(li, var.id), Some(0 | 1));
-            }
-            Expr::Load { .. } | Expr::Reduce { .. } => plain = false,
-            _ => {}
-        });
         let bits = self.opts.vector_bits.unwrap_or(self.host.vector_bits) as u64;
         let lanes = (bits / (8 * self.mem_bytes(d))) as i64;
         // Halving a register down to one lane needs a power of two (`vector_bits` is one).
-        if !plain || lanes < 2 || !(lanes as u64).is_power_of_two() || extent < lanes {
+        if lanes < 2 || !(lanes as u64).is_power_of_two() || extent < lanes {
             return Ok(false);
         }
         let chunks = extent / lanes;

@@ -14,7 +14,7 @@
 use super::{cpu_rules, generate_for};
 #[cfg(feature = "model")]
 use crate::TuneOptions;
-use tensortune_schedules::expr::{BinOp, Intrinsic};
+use tensortune_schedules::expr::Intrinsic;
 use tensortune_schedules::ir::{LoweredFunc, Stmt};
 use tensortune_schedules::schedule::State;
 use tensortune_schedules::target::TargetDesc;
@@ -97,18 +97,23 @@ const UNROLLED_REDUCTION: i64 = 16;
 
 /// True if the op's loops as written compile to fast code on the CPU, where the analytic
 /// estimate (which costs loops as the loop IR states them) would call them scalar: every
-/// update is either a fold the code generator runs on registers (its innermost loop a
-/// reduction reading memory contiguously or uniformly: a row sum, a dot product) or sits
-/// in reduction loops of at most [`UNROLLED_REDUCTION`] iterations in all (which LLVM
-/// unrolls and vectorizes around), and no statement calls `exp`, `log` or `tanh` (libm, one
-/// element at a time, outside a vectorized loop). A matmul (its reduction reading `B`
-/// across rows), a conv2d (channels × window) and a softmax (`exp`) do not.
+/// update is either in a fold the code generator runs on registers ([`Stmt::as_fold`]: a
+/// row sum, a dot product, over at least [`FOLDED_ROW`] iterations) or sits in reduction
+/// loops of at most [`UNROLLED_REDUCTION`] iterations in all (which LLVM unrolls and
+/// vectorizes around), and no statement calls `exp`, `log` or `tanh` (libm, one element at
+/// a time, outside a vectorized loop). A matmul (its reduction reading `B` across rows), a
+/// conv2d (channels × window) and a softmax (`exp`) do not.
 fn compiles_well(f: &LoweredFunc) -> bool {
     fn walk(s: &Stmt, loops: &mut Vec<(u32, i64)>) -> bool {
         match s {
             Stmt::For {
                 var, extent, body, ..
             } => {
+                if *extent >= FOLDED_ROW
+                    && body.as_fold(var.id).is_some_and(|fold| !calls_libm(fold.x))
+                {
+                    return true;
+                }
                 loops.push((var.id, *extent));
                 let ok = walk(body, loops);
                 loops.pop();
@@ -126,54 +131,41 @@ fn compiles_well(f: &LoweredFunc) -> bool {
     walk(&f.body, &mut Vec::new())
 }
 
+/// True if `e` calls `exp`, `log` or `tanh`.
+fn calls_libm(e: &Expr) -> bool {
+    let mut libm = false;
+    e.visit(&mut |e| {
+        libm |= matches!(
+            e,
+            Expr::Call(Intrinsic::Exp | Intrinsic::Log | Intrinsic::Tanh, _)
+        )
+    });
+    libm
+}
+
+/// A store outside a fold: no libm call, and if it updates its own element, inside
+/// reduction loops (the innermost loops around it that its index does not use) of at most
+/// [`UNROLLED_REDUCTION`] iterations in all.
 fn store_compiles_well(
     buf: tensortune_schedules::BufId,
     index: &Expr,
     value: &Expr,
     loops: &[(u32, i64)],
 ) -> bool {
-    let mut libm = false;
-    let mut update = false;
-    value.visit(&mut |e| match e {
-        Expr::Call(Intrinsic::Exp | Intrinsic::Log | Intrinsic::Tanh, _) => libm = true,
-        Expr::BufLoad {
-            buf: b, index: i, ..
-        } if *b == buf && **i == *index => update = true,
-        _ => {}
-    });
-    if libm {
+    if calls_libm(value) {
         return false;
     }
+    let mut update = false;
+    value.visit(&mut |e| {
+        update |= matches!(e, Expr::BufLoad { buf: b, index: i, .. } if *b == buf && **i == *index)
+    });
     if !update {
         return true;
     }
-    // The reduction loops: the innermost loops around the store that its index does not
-    // use.
-    let reduction: Vec<(u32, i64)> = loops
+    loops
         .iter()
         .rev()
         .take_while(|(v, _)| !index.uses_var(*v))
-        .copied()
-        .collect();
-    let Some(&(inner, inner_extent)) = reduction.first() else {
-        return true;
-    };
-    // The code generator folds on registers only a row of at least one register (16 f32
-    // lanes on AVX-512; 8 on AVX2, so this is the cautious bound).
-    let mut fold = inner_extent >= FOLDED_ROW
-        && matches!(value, Expr::Bin(BinOp::Add | BinOp::Max | BinOp::Min, _, _))
-        && value.dtype().is_float();
-    value.visit(&mut |e| {
-        if let Expr::BufLoad {
-            buf: b, index: i, ..
-        } = e
-        {
-            let acc = *b == buf && **i == *index;
-            fold &= acc || matches!(i.stride_in(inner), Some(0 | 1));
-        }
-    });
-    fold || reduction
-        .iter()
         .try_fold(1i64, |n, (_, e)| n.checked_mul(*e))
         .is_some_and(|n| n <= UNROLLED_REDUCTION)
 }
