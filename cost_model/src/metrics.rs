@@ -3,18 +3,28 @@
 //! All three compare two slices of equal length, `pred[i]` and `truth[i]` for program `i`:
 //! - [`pairwise_accuracy`]: over the pairs with different true throughput, the fraction the
 //!   scores order the same way (a tie in the scores counts one half). 0.5 is chance.
+//!   [`pairwise_accuracy_apart`]: the same over the pairs more than a factor apart.
 //! - [`spearman`]: Pearson correlation of the ranks (ties get their average rank).
 //! - [`top_k_recall`]: of the `k` truly fastest programs, the fraction among the `k` best
 //!   scored (ties broken by position, so a constant predictor gets no free hits).
 
 /// Pairwise ranking accuracy; `None` when no pair has different true values.
 pub fn pairwise_accuracy(pred: &[f64], truth: &[f64]) -> Option<f64> {
+    pairwise_accuracy_apart(pred, truth, 1.0)
+}
+
+/// [`pairwise_accuracy`] over the pairs whose true values differ by more than the factor
+/// `ratio` (1.05: more than 5% apart); `None` when there is no such pair. Measured
+/// throughputs carry timing noise: pairs closer than it are coin flips for any model, and
+/// this says how a model orders the pairs that one timing can tell apart.
+pub fn pairwise_accuracy_apart(pred: &[f64], truth: &[f64], ratio: f64) -> Option<f64> {
     let n = pred.len().min(truth.len());
     let mut pairs = 0u64;
     let mut correct = 0.0f64;
     for i in 0..n {
         for j in i + 1..n {
-            if truth[i] == truth[j] {
+            let (lo, hi) = (truth[i].min(truth[j]), truth[i].max(truth[j]));
+            if truth[i] == truth[j] || hi <= lo * ratio {
                 continue;
             }
             pairs += 1;
@@ -113,5 +123,25 @@ mod tests {
         assert_eq!(top_k_recall(&[4.0, 3.0, 2.0, 1.0], &t, 2), Some(0.0));
         assert_eq!(top_k_recall(&t, &t, 10), Some(1.0));
         assert_eq!(top_k_recall(&[], &[], 5), None);
+    }
+
+    #[test]
+    fn pairs_apart() {
+        // 1.0 and 1.03 are 3% apart: left out at 5%, where the one wrong pair is theirs.
+        let t = [1.0, 1.03, 2.0, 0.0];
+        let p = [2.0, 1.0, 3.0, -1.0];
+        assert_eq!(pairwise_accuracy(&p, &t), Some(5.0 / 6.0));
+        assert_eq!(pairwise_accuracy_apart(&p, &t, 1.05), Some(1.0));
+        // A failed program (throughput 0) is apart from every timed one, not from another
+        // failure.
+        assert_eq!(
+            pairwise_accuracy_apart(&[1.0, 0.0], &[0.0, 0.0], 1.05),
+            None
+        );
+        assert_eq!(
+            pairwise_accuracy_apart(&[1.0, 0.0], &[0.0, 1.0], 1.05),
+            Some(0.0)
+        );
+        assert_eq!(pairwise_accuracy_apart(&p, &[1.0; 4], 1.05), None);
     }
 }

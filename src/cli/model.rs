@@ -174,8 +174,9 @@ fn row(
 ) -> std::io::Result<()> {
     writeln!(
         out,
-        "{label:<48} {counts:>11}  {name:<18} {:>8} {:>8} {:>6}",
+        "{label:<48} {counts:>11}  {name:<18} {:>8} {:>8} {:>8} {:>6}",
         fmt(m.pairwise_accuracy),
+        fmt(m.pairwise_accuracy_apart),
         fmt(m.spearman),
         fmt(m.top_k_recall)
     )
@@ -261,8 +262,8 @@ pub fn eval(args: &EvalArgs, out: &mut dyn Write) -> Result<(), CliError> {
     .map_err(io)?;
     writeln!(
         out,
-        "{:<48} {:>11}  {:<18} {:>8} {:>8} {:>6}",
-        "workload", "train/test", "model", "pairwise", "spearman", "top-5"
+        "{:<48} {:>11}  {:<18} {:>8} {:>8} {:>8} {:>6}",
+        "workload", "train/test", "model", "pairwise", "pw >5%", "spearman", "top-5"
     )
     .map_err(io)?;
     for w in &report.workloads {
