@@ -274,15 +274,16 @@ pub(crate) fn estimated_cycles(func: &LoweredFunc, core: &CoreModel) -> f64 {
     walk(func, core).0.program_cycles
 }
 
-/// Appends one row per store of `func` to a fresh vector; returns it with the row count.
-pub(crate) fn extract_rows(func: &LoweredFunc, core: &CoreModel) -> (Vec<f32>, usize) {
+/// Appends one row per store of `func` to a fresh vector; returns it with the program's
+/// estimated cycles ([`estimated_cycles`]).
+pub(crate) fn extract_rows(func: &LoweredFunc, core: &CoreModel) -> (Vec<f32>, f64) {
     let (mut w, _) = walk(func, core);
     let rows = w.out.len() / N_FEATURES;
     let per_flop = slog(w.program_cycles / w.program_flops.max(1.0));
     for r in 0..rows {
         w.out[r * N_FEATURES + PROGRAM_CYCLES_PER_FLOP] = per_flop;
     }
-    (w.out, rows)
+    (w.out, w.program_cycles)
 }
 
 impl<'f> Walker<'f> {

@@ -94,6 +94,10 @@ impl CoreModel {
 #[serde(try_from = "FlatFeatures")]
 pub struct ProgramFeatures {
     values: Vec<f32>,
+    /// The analytic estimate of the whole program's cycles, where it was extracted here
+    /// ([`ProgramFeatures::estimated_cycles`]); not a feature, not serialized.
+    #[serde(skip)]
+    cycles: Option<f64>,
 }
 
 /// The serialized form of [`ProgramFeatures`], before its invariant is checked.
@@ -131,21 +135,36 @@ impl ProgramFeatures {
     /// [`ProgramFeatures::extract`] with the micro-kernel costed on `core` (a tuner passes
     /// its target's, [`CoreModel::for_target`]).
     pub fn extract_for(func: &LoweredFunc, core: &CoreModel) -> ProgramFeatures {
-        let (mut values, _) = extract::extract_rows(func, core);
+        let (mut values, cycles) = extract::extract_rows(func, core);
         // Products of extents are finite for any real program; keep the invariant anyway.
         for v in &mut values {
             if !v.is_finite() {
                 *v = 0.0;
             }
         }
-        ProgramFeatures { values }
+        ProgramFeatures {
+            values,
+            cycles: cycles.is_finite().then_some(cycles),
+        }
     }
 
     /// Builds features from rows given directly (tests, synthetic data). Returns `None`
     /// unless the length is a multiple of [`N_FEATURES`] and every value is finite.
     pub fn from_flat(values: Vec<f32>) -> Option<ProgramFeatures> {
-        (values.len().is_multiple_of(N_FEATURES) && values.iter().all(|v| v.is_finite()))
-            .then_some(ProgramFeatures { values })
+        (values.len().is_multiple_of(N_FEATURES) && values.iter().all(|v| v.is_finite())).then_some(
+            ProgramFeatures {
+                values,
+                cycles: None,
+            },
+        )
+    }
+
+    /// The analytic estimate of the program's cycles ([`estimated_cycles`]) where these
+    /// features were extracted from the program here; `None` for features built from values
+    /// ([`ProgramFeatures::from_flat`], a file). Unlike `program_cycles_per_flop` it charges
+    /// a program that computes a value many times over for every time.
+    pub fn estimated_cycles(&self) -> Option<f64> {
+        self.cycles
     }
 
     /// Number of rows (stores).

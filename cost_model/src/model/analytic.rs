@@ -1,7 +1,10 @@
 //! The analytic model: the kernel group's own estimate of a program's cycles, no training.
 //!
-//! It scores a program by minus its `program_cycles_per_flop` feature (the cost of its
-//! micro-kernels and cache misses on a model core, see [`crate::features::names`]). On the
+//! It scores a program by minus its estimated cycles (the cost of its micro-kernels and
+//! cache misses on a model core, see [`crate::features::names`]): the whole program's where
+//! the features were extracted from it ([`ProgramFeatures::estimated_cycles`]: a search's
+//! candidates, programs of one workload, so a program that recomputes pays for it), else
+//! its `program_cycles_per_flop` feature. On the
 //! tuning records of one AVX-512 EPYC it alone ranks pairs of programs better than random
 //! scores, though worse than the trained trees (docs/measurements.md, "A micro-kernel
 //! feature group"). The search ranks with it until
@@ -13,8 +16,8 @@ use super::{validate, CostModel, Sample};
 use crate::error::ModelError;
 use crate::features::{ProgramFeatures, FEATURE_NAMES};
 
-/// Scores programs by their estimated cycles per flop (fewer is better); ties, and programs
-/// without stores, are broken by a seeded random draw. GPU programs (a thread-bound loop)
+/// Scores programs by their estimated cycles, or cycles per flop (fewer is better); ties,
+/// and programs without stores, are broken by a seeded random draw. GPU programs (a thread-bound loop)
 /// get the random draw alone: the estimate models a CPU core.
 #[derive(Debug)]
 pub struct AnalyticModel {
@@ -58,10 +61,14 @@ impl CostModel for AnalyticModel {
                 let row = p.row(0);
                 // The model core is a CPU's: a GPU program gets its random draw alone.
                 let gpu = self.gpu.is_some_and(|g| row.is_some_and(|r| r[g] > 0.0));
-                match self.column.and_then(|c| row.map(|r| r[c])) {
+                // The whole program's cycles where the features came with them (a search's
+                // candidates: programs of one workload, where recomputing a value costs),
+                // else the per-flop feature (records read back), both as log2(1 + x).
+                let whole = p.estimated_cycles().map(|c| c.max(0.0).ln_1p() / 2f64.ln());
+                match whole.or_else(|| self.column.and_then(|c| row.map(|r| f64::from(r[c])))) {
                     Some(_) if gpu => u,
-                    Some(v) => -f64::from(v) + 1e-6 * u,
-                    None => -1e9 + u,
+                    Some(v) if row.is_some() => -v + 1e-6 * u,
+                    _ => -1e9 + u,
                 }
             })
             .collect())
@@ -103,6 +110,40 @@ mod tests {
         assert!(!m.is_informed());
         // The same seed, the same scores.
         assert_eq!(AnalyticModel::new(3).predict(&programs).unwrap(), s);
+    }
+
+    #[test]
+    fn a_program_that_recomputes_pays_for_it() {
+        // softmax with each row's sum computed inside the loop over the row's outputs sums
+        // the row once per output: per float operation it looks no worse than the program
+        // that sums once (the sums are float operations too), in all it is.
+        let dag = WorkloadSpec::parse("softmax:M=64,N=256")
+            .unwrap()
+            .build()
+            .unwrap();
+        let stored = State::new(&dag);
+        let mut again = stored.clone();
+        again.compute_at(3, 4, 1).unwrap();
+        let f = |s: &State| ProgramFeatures::extract(&lower(s).unwrap());
+        let (a, b) = (f(&stored), f(&again));
+        assert!(b.estimated_cycles().unwrap() > a.estimated_cycles().unwrap());
+        let s = AnalyticModel::new(1)
+            .predict(&[a.clone(), b.clone()])
+            .unwrap();
+        assert!(s[0] > s[1], "{s:?}");
+        // Read back from values (a model file, a test set built by hand) the features have no
+        // whole-program estimate: the per-flop feature ranks.
+        let flat = |p: &ProgramFeatures| ProgramFeatures::from_flat(p.as_flat().to_vec()).unwrap();
+        assert_eq!(flat(&a).estimated_cycles(), None);
+        let per_flop = AnalyticModel::new(1)
+            .predict(&[flat(&a), flat(&b)])
+            .unwrap();
+        let col = FEATURE_NAMES
+            .iter()
+            .position(|n| *n == "program_cycles_per_flop")
+            .unwrap();
+        let pf = |p: &ProgramFeatures| p.row(0).unwrap()[col];
+        assert_eq!(per_flop[0] > per_flop[1], pf(&a) < pf(&b), "{per_flop:?}");
     }
 
     #[test]
