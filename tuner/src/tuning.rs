@@ -396,11 +396,11 @@ impl<'a> Tuner<'a> {
         self
     }
 
-    /// Measures each `(workload key, schedule)`'s schedule, the one the workload runs
-    /// without a record on this machine, first in the workload's first batch of the run
-    /// (unless measured before), so that the records always hold it and a run never ends
-    /// slower than no tuning, measured alike. A backend's own
-    /// (`tensortune::backend::Backend::default_schedule`); none by default.
+    /// For each `(workload key, schedule)`, measures the schedule (the one the workload runs
+    /// without a record on this machine) first in the workload's first batch of the run,
+    /// unless measured before, so that the records always hold it and a run never ends
+    /// slower than no tuning, measured alike. A backend gives its own
+    /// (`tensortune::backend::Backend::default_schedule`); by default there are none.
     pub fn with_default_schedules(
         mut self,
         defaults: impl IntoIterator<Item = (String, State)>,
