@@ -100,6 +100,16 @@ struct Logging<'a> {
     latencies: Vec<Option<f64>>,
 }
 
+impl<'a> Logging<'a> {
+    fn new(inner: &'a mut SimulatedMeasurer) -> Logging<'a> {
+        Logging {
+            inner,
+            log: Vec::new(),
+            latencies: Vec::new(),
+        }
+    }
+}
+
 impl Measurer for Logging<'_> {
     fn measure(&mut self, dag: &ComputeDag, candidates: &[State]) -> Vec<MeasureResult> {
         self.log
@@ -121,11 +131,7 @@ fn same_seed_same_trials() {
         let o = opts(48, seed);
         let space = SearchSpace::new(t.dag.clone(), &o);
         let mut m = SimulatedMeasurer::new(&space.sketches, 1, 1e-3);
-        let mut logging = Logging {
-            inner: &mut m,
-            log: Vec::new(),
-            latencies: Vec::new(),
-        };
+        let mut logging = Logging::new(&mut m);
         let dir = tempfile::tempdir().unwrap();
         let mut db = Database::open(dir.path().join("t.db")).unwrap();
         let mut tuner = Tuner::new(o, &mut logging, Some(&mut db), gbdt());
@@ -154,11 +160,7 @@ fn first_batch_leads_with_the_default_schedule() {
         let want = default_for_target(&t.dag, &default_target(&o));
         let space = SearchSpace::new(t.dag.clone(), &o);
         let mut m = SimulatedMeasurer::new(&space.sketches, 5, 1e-3);
-        let mut logging = Logging {
-            inner: &mut m,
-            log: Vec::new(),
-            latencies: Vec::new(),
-        };
+        let mut logging = Logging::new(&mut m);
         let s = Tuner::new(o.clone(), &mut logging, None, gbdt())
             .with_default_schedules([(t.key.clone(), want.clone())])
             .run(vec![t.clone()], &mut Silent)

@@ -4,8 +4,8 @@
 //! cache misses on a model core, see [`crate::features::names`]): the whole program's where
 //! the features were extracted from it ([`ProgramFeatures::estimated_cycles`]: a search's
 //! candidates, programs of one workload, so a program that recomputes pays for it), else
-//! its `program_cycles_per_flop` feature. On the
-//! tuning records of one AVX-512 EPYC it alone ranks pairs of programs better than random
+//! its `program_cycles_per_flop` feature. On the tuning records of one AVX-512 EPYC it
+//! alone ranks pairs of programs better than random
 //! scores, though worse than the trained trees (docs/measurements.md, "A micro-kernel
 //! feature group"). The search ranks with it until
 //! the learned model has samples enough to train on, so that its first round measures fewer
@@ -17,8 +17,8 @@ use crate::error::ModelError;
 use crate::features::{ProgramFeatures, FEATURE_NAMES};
 
 /// Scores programs by their estimated cycles, or cycles per flop (fewer is better); ties,
-/// and programs without stores, are broken by a seeded random draw. GPU programs (a thread-bound loop)
-/// get the random draw alone: the estimate models a CPU core.
+/// and programs without stores, are broken by a seeded random draw. GPU programs (a
+/// thread-bound loop) get the random draw alone: the estimate models a CPU core.
 #[derive(Debug)]
 pub struct AnalyticModel {
     column: Option<usize>,
