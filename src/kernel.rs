@@ -177,7 +177,10 @@ pub(crate) fn param_specs(func: &LoweredFunc) -> Result<Vec<ParamSpec>, CodegenE
             ));
         }
         seen_output |= output;
-        if !matches!(d.dtype, DType::F32 | DType::F64 | DType::I32 | DType::I64) {
+        if !matches!(
+            d.dtype,
+            DType::F32 | DType::F64 | DType::I32 | DType::I64 | DType::BF16
+        ) {
             return Err(CodegenError::Unsupported(format!(
                 "parameter `{}` of dtype {}",
                 d.name, d.dtype

@@ -19,16 +19,28 @@ fn json_of_success(out: &std::process::Output) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).expect("json")
 }
 
+/// `a` and `b` written as `.npy` into `dir`: the `--inputs` list and a path for the output.
+fn npy_pair(
+    dir: &std::path::Path,
+    a: &Array2<f32>,
+    b: &Array2<f32>,
+) -> (String, std::path::PathBuf) {
+    let (pa, pb) = (dir.join("a.npy"), dir.join("b.npy"));
+    ndarray_npy::write_npy(&pa, a).expect("write a");
+    ndarray_npy::write_npy(&pb, b).expect("write b");
+    (
+        format!("{},{}", pa.display(), pb.display()),
+        dir.join("c.npy"),
+    )
+}
+
 #[test]
 fn run_reads_and_writes_npy() {
     let dir = std::env::temp_dir().join(format!("tt-cli-run-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let a = Array2::from_shape_fn((5, 3), |(i, j)| (i * 3 + j) as f32 * 0.25 - 1.0);
     let b = Array2::from_shape_fn((3, 7), |(i, j)| (i as f32 - j as f32) * 0.5);
-    let (pa, pb, pc) = (dir.join("a.npy"), dir.join("b.npy"), dir.join("c.npy"));
-    ndarray_npy::write_npy(&pa, &a).expect("write a");
-    ndarray_npy::write_npy(&pb, &b).expect("write b");
-    let inputs = format!("{},{}", pa.display(), pb.display());
+    let (inputs, pc) = npy_pair(&dir, &a, &b);
     let out = bin()
         .args([
             "run",
@@ -246,4 +258,56 @@ fn run_gives_up_after_its_timeout() {
             .expect("runs");
         assert_eq!(out.status.code(), Some(2), "--timeout {bad}");
     }
+}
+
+/// A bf16 matmul from f32 `.npy` inputs: each input rounded to bf16 (nearest, ties to even),
+/// the products of the rounded values summed in f32; ndarray's f64 product of the same
+/// rounded values is the reference.
+#[test]
+fn run_takes_bf16_inputs_from_f32_npy() {
+    let dir = std::env::temp_dir().join(format!("tt-cli-run-bf16-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let (m, n, k) = (9, 40, 34);
+    // Values with more than bf16's 8 significant bits, so that the rounding shows.
+    let a = Array2::from_shape_fn((m, k), |(i, j)| {
+        ((i * 7 + j * 3) % 17) as f32 * 0.1234 - 1.0
+    });
+    let b = Array2::from_shape_fn((k, n), |(i, j)| ((i * 5 + j) % 13) as f32 * 0.0777 - 0.5);
+    let (inputs, pc) = npy_pair(&dir, &a, &b);
+    let out = bin()
+        .args([
+            "run",
+            "--workload",
+            &format!("matmul:M={m},N={n},K={k},dtype=bf16"),
+            "--min-repeat-ms",
+            "1",
+            "--repeat",
+            "2",
+            "--json",
+            "--inputs",
+            &inputs,
+            "--output",
+        ])
+        .arg(&pc)
+        .output()
+        .expect("runs");
+    json_of_success(&out);
+    // bf16 by hand: keep the upper 16 bits, rounded to nearest even.
+    let round = |x: f32| {
+        let bits = x.to_bits();
+        f32::from_bits((bits + 0x7fff + ((bits >> 16) & 1)) & 0xffff_0000) as f64
+    };
+    let (ra, rb) = (a.mapv(round), b.mapv(round));
+    let want = ra.dot(&rb).into_dyn();
+    let exact = a.mapv(|x| x as f64).dot(&b.mapv(|x| x as f64));
+    let c: ArrayD<f32> = ndarray_npy::read_npy(&pc).expect("read c");
+    assert_eq!(c.shape(), want.shape());
+    let mut off_exact = 0.0f64;
+    for ((x, y), e) in c.iter().zip(want.iter()).zip(exact.iter()) {
+        assert!((*x as f64 - y).abs() < 1e-5 * (1.0 + y.abs()), "{x} vs {y}");
+        off_exact = off_exact.max((*x as f64 - e).abs());
+    }
+    // The rounding of the inputs is visible against the f32 inputs' product.
+    assert!(off_exact > 1e-4, "{off_exact}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

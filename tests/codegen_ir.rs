@@ -1368,3 +1368,174 @@ fn vector_max_updates_select_and_skip_nans() {
         );
     }
 }
+
+/// `for io { for ii (vectorized in `lanes`, serial for 1) { out[i] = value(i) } }` over `n`
+/// elements, `i = io * lanes + ii`.
+fn chunked_loop(
+    b: &mut Builder,
+    n: i64,
+    lanes: i64,
+    out: BufId,
+    value: impl Fn(Expr) -> Expr,
+) -> Stmt {
+    let (io, ii) = (b.var("io"), b.var("ii"));
+    let i = add(mul(v(&io), int(lanes)), v(&ii));
+    let kind = if lanes > 1 {
+        ForKind::Vectorized
+    } else {
+        ForKind::Serial
+    };
+    let store = st(out, i.clone(), value(i));
+    for_(
+        &io,
+        n / lanes,
+        ForKind::Serial,
+        for_(&ii, lanes, kind, store),
+    )
+}
+
+/// `out[i] = acc[i] + dot_bf16(a[i], b[i])` over `n` packed pairs, the loop vectorized in
+/// `lanes` (1: a serial loop), and `out[i] = dot_bf16(a[i], b[i])` without an accumulator.
+fn bf16_dots(n: i64, lanes: i64, with_acc: bool) -> LoweredFunc {
+    let mut b = Builder::new();
+    let a = b.input("A", DType::I32, &[n]);
+    let bb = b.input("B", DType::I32, &[n]);
+    let acc = b.input("acc", DType::F32, &[n]);
+    let out = b.output("out", DType::F32, &[n]);
+    let body = chunked_loop(&mut b, n, lanes, out, |i| {
+        let dot = ex::dot_bf16(ld(a, DType::I32, i.clone()), ld(bb, DType::I32, i.clone()));
+        if with_acc {
+            add(ld(acc, DType::F32, i), dot)
+        } else {
+            dot
+        }
+    });
+    b.finish("bf16_dots", body)
+}
+
+/// bf16 dot products against f64 arithmetic on the same bits (not the interpreter, whose
+/// semantics the code generator follows): whole vectors of 16, 32, 8 and 4 lanes (AVX-512
+/// BF16's `vdpbf16ps` where the host has it), 12 lanes and a serial loop (unpacked into f32
+/// multiply-adds everywhere). Each pair's products are exact in f32, so the result differs
+/// from the exact sum by the roundings of two or three adds.
+#[test]
+fn bf16_pair_dot_products() {
+    use tensortune_schedules::data::bf16_to_f32;
+    let n = 96;
+    let half = |w: i32, hi: bool| {
+        bf16_to_f32(if hi {
+            (w as u32 >> 16) as u16
+        } else {
+            w as u16
+        }) as f64
+    };
+    for lanes in [16, 32, 8, 4, 12, 1] {
+        for with_acc in [true, false] {
+            let f = bf16_dots(n, lanes, with_acc);
+            let k = Kernel::compile(&f).unwrap_or_else(|e| panic!("compile: {e}\n{f}"));
+            // Words of two random bf16 (their bits drawn as i32 data's are not), then acc.
+            let words: Vec<NdData> = (0..2)
+                .map(|s| {
+                    let x = NdData::random(&[2 * n], DType::BF16, 7 + s).expect("data");
+                    let Data::BF16(h) = x.data else {
+                        unreachable!()
+                    };
+                    let w = h
+                        .chunks(2)
+                        .map(|p| ((p[1] as u32) << 16 | p[0] as u32) as i32)
+                        .collect();
+                    NdData::new(vec![n], Data::I32(w)).expect("shape")
+                })
+                .collect();
+            let acc = NdData::random(&[n], DType::F32, 9).expect("data");
+            let (Data::I32(wa), Data::I32(wb), Data::F32(av)) =
+                (&words[0].data, &words[1].data, &acc.data)
+            else {
+                unreachable!()
+            };
+            let want: Vec<f64> = (0..n as usize)
+                .map(|i| {
+                    let base = if with_acc { av[i] as f64 } else { 0.0 };
+                    base + half(wa[i], false) * half(wb[i], false)
+                        + half(wa[i], true) * half(wb[i], true)
+                })
+                .collect();
+            let rt = Runtime::new(1).expect("runtime");
+            let ins = [words[0].clone(), words[1].clone(), acc.clone()];
+            let got = k.run_nd(&rt, &ins).expect("run");
+            let Data::F32(g) = &got[0].data else {
+                panic!("output dtype")
+            };
+            for i in 0..n as usize {
+                let err = (g[i] as f64 - want[i]).abs();
+                assert!(
+                    err <= 4e-7 * (1.0 + want[i].abs()),
+                    "lanes {lanes} acc {with_acc} [{i}]: {} against {}",
+                    g[i],
+                    want[i]
+                );
+            }
+            assert!(jit_vs_interp(&f, 1, 5) < 1e-6, "lanes {lanes}");
+        }
+    }
+    let host = tensortune::codegen::HostTarget::host();
+    let ir = tensortune::codegen::llvm::emit_llvm_ir(
+        &bf16_dots(64, 16, true),
+        &CodegenOptions::default(),
+    )
+    .expect("ir");
+    assert_eq!(
+        ir.contains("llvm.x86.avx512bf16.dpbf16ps.512"),
+        host.has_feature("avx512bf16"),
+        "{ir}"
+    );
+}
+
+/// bf16 loads converted to f32 and f32 rounded to bf16, in vectors and serially, against
+/// the data module's conversions and values worked by hand.
+#[test]
+fn bf16_conversions() {
+    use tensortune_schedules::data::{bf16_to_f32, f32_to_bf16};
+    // 1 + 2^-8 is halfway between 1 and 1 + 2^-7: ties to even (1); 1 + 3·2^-8 rounds up to
+    // the even 1 + 2^-6; the largest finite f32 rounds to infinity; NaN stays NaN.
+    assert_eq!(f32_to_bf16(1.0), 0x3f80);
+    assert_eq!(f32_to_bf16(f32::from_bits(0x3f80_8000)), 0x3f80);
+    assert_eq!(f32_to_bf16(f32::from_bits(0x3f81_8000)), 0x3f82);
+    assert_eq!(f32_to_bf16(f32::from_bits(0x3f80_8001)), 0x3f81);
+    assert_eq!(f32_to_bf16(f32::MAX), 0x7f80);
+    assert_eq!(f32_to_bf16(-2.5), 0xc020);
+    assert!(bf16_to_f32(f32_to_bf16(f32::NAN)).is_nan());
+    assert_eq!(bf16_to_f32(0xc020), -2.5);
+    let n = 48;
+    for lanes in [16, 8, 1] {
+        let mut b = Builder::new();
+        let x = b.input("X", DType::F32, &[n]);
+        let out = b.output("out", DType::F32, &[n]);
+        // f32 -> bf16 -> f32: the value rounded to 8 significant bits.
+        let body = chunked_loop(&mut b, n, lanes, out, |i| {
+            ld(x, DType::F32, i).cast(DType::BF16).cast(DType::F32)
+        });
+        let f = b.finish("bf16_round_trip", body);
+        let k = Kernel::compile(&f).unwrap_or_else(|e| panic!("compile: {e}\n{f}"));
+        let mut xs: Vec<f32> = (0..n as usize).map(|i| (i as f32 - 20.0) * 0.37).collect();
+        xs[0] = f32::from_bits(0x3f80_8000);
+        xs[1] = f32::from_bits(0x3f81_8000);
+        xs[2] = f32::MAX;
+        xs[3] = f32::NAN;
+        let input = NdData::new(vec![n], Data::F32(xs.clone())).expect("shape");
+        let got = k
+            .run_nd(&Runtime::new(1).expect("rt"), &[input])
+            .expect("run");
+        let Data::F32(g) = &got[0].data else {
+            panic!("output dtype")
+        };
+        for (i, &x) in xs.iter().enumerate() {
+            let want = bf16_to_f32(f32_to_bf16(x));
+            assert!(
+                g[i].to_bits() == want.to_bits() || (g[i].is_nan() && want.is_nan()),
+                "lanes {lanes} [{i}] {x}: {} against {want}",
+                g[i]
+            );
+        }
+    }
+}

@@ -25,6 +25,8 @@ const SPECS: &[&str] = &[
     "reduce_sum:M=3,N=37",
     "matmul:M=5,N=9,K=3,dtype=f64",
     "reduce_sum:M=4,N=13,dtype=i32",
+    "matmul:M=13,N=17,K=18,dtype=bf16",
+    "matmul:M=8,N=48,K=34,dtype=bf16",
 ];
 
 fn dag(spec: &str) -> ComputeDag {

@@ -267,6 +267,8 @@ impl ComputeDag {
             let mut count = 0.0;
             source.visit(&mut |e| match e {
                 Expr::Bin(..) | Expr::Call(..) if e.dtype().is_float() => count += 1.0,
+                // Two products and their sum.
+                Expr::Pair(crate::expr::PairOp::Dot, ..) => count += 3.0,
                 _ => {}
             });
             total += points * red * (count + extra);

@@ -15,6 +15,25 @@ pub enum Data {
     F64(Vec<f64>),
     /// i32 values.
     I32(Vec<i32>),
+    /// bf16 values, as their bits (see [`bf16_to_f32`]).
+    BF16(Vec<u16>),
+}
+
+/// The f32 a bf16 stands for: its bits are the f32's upper half (exact).
+pub fn bf16_to_f32(b: u16) -> f32 {
+    f32::from_bits((b as u32) << 16)
+}
+
+/// The bf16 nearest `x`, ties to even (NaN stays a quiet NaN of its sign).
+pub fn f32_to_bf16(x: f32) -> u16 {
+    let bits = x.to_bits();
+    if x.is_nan() {
+        return ((bits >> 16) as u16) | 0x0040;
+    }
+    // Adding 0x7fff plus the lowest kept bit rounds the dropped half to nearest, ties to
+    // even; a carry out of the fraction correctly bumps the exponent (to infinity at the top).
+    let round = 0x7fff + ((bits >> 16) & 1);
+    (bits.wrapping_add(round) >> 16) as u16
 }
 
 impl Data {
@@ -24,6 +43,7 @@ impl Data {
             Data::F32(v) => v.len(),
             Data::F64(v) => v.len(),
             Data::I32(v) => v.len(),
+            Data::BF16(v) => v.len(),
         }
     }
     /// True if empty.
@@ -36,6 +56,7 @@ impl Data {
             Data::F32(_) => DType::F32,
             Data::F64(_) => DType::F64,
             Data::I32(_) => DType::I32,
+            Data::BF16(_) => DType::BF16,
         }
     }
     /// Element `i` as f64.
@@ -44,6 +65,7 @@ impl Data {
             Data::F32(v) => v[i] as f64,
             Data::F64(v) => v[i],
             Data::I32(v) => v[i] as f64,
+            Data::BF16(v) => bf16_to_f32(v[i]) as f64,
         }
     }
     /// `n` elements of `dtype`, all zero; an error for dtypes that are not data types and
@@ -54,6 +76,7 @@ impl Data {
             DType::F32 => Data::F32(filled(n, |_| 0.0)?),
             DType::F64 => Data::F64(filled(n, |_| 0.0)?),
             DType::I32 => Data::I32(filled(n, |_| 0)?),
+            DType::BF16 => Data::BF16(filled(n, |_| 0)?),
             DType::Bool | DType::I64 => return Err(DataError::NotData(dtype)),
         })
     }
@@ -62,8 +85,8 @@ impl Data {
 /// Why host data could not be made.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum DataError {
-    /// Host data holds f32, f64 and i32 only.
-    #[error("{0} is not a data dtype (f32, f64, i32)")]
+    /// Host data holds f32, f64, i32 and bf16 only.
+    #[error("{0} is not a data dtype (f32, f64, i32, bf16)")]
     NotData(DType),
     /// The allocator could not give this many bytes.
     #[error("out of memory: cannot allocate {bytes} bytes of tensor data")]
@@ -114,6 +137,7 @@ impl NdData {
             DType::F32 => Data::F32(filled(n, |_| rng.unit() as f32)?),
             DType::F64 => Data::F64(filled(n, |_| rng.unit())?),
             DType::I32 => Data::I32(filled(n, |_| (rng.next_u64() % 16) as i32 - 8)?),
+            DType::BF16 => Data::BF16(filled(n, |_| f32_to_bf16(rng.unit() as f32))?),
             DType::Bool | DType::I64 => return Err(DataError::NotData(dtype)),
         };
         Ok(NdData {

@@ -32,6 +32,10 @@ pub enum DType {
     F32,
     /// IEEE double precision.
     F64,
+    /// bfloat16: the upper half of an f32 (8 exponent bits, 7 fraction bits). A storage
+    /// type: values are converted to f32 ([`Expr::Cast`]) or paired for a dot product
+    /// ([`PairOp`]); arithmetic on them is a type error.
+    BF16,
 }
 
 impl DType {
@@ -47,11 +51,12 @@ impl DType {
     pub fn bytes(self) -> usize {
         match self {
             DType::Bool => 1,
+            DType::BF16 => 2,
             DType::I32 | DType::F32 => 4,
             DType::I64 | DType::F64 => 8,
         }
     }
-    /// Parses `f32`, `f64`, `i32`, `i64`, `bool`.
+    /// Parses `f32`, `f64`, `i32`, `i64`, `bool`, `bf16`.
     pub fn parse(s: &str) -> Option<DType> {
         Some(match s {
             "f32" | "float32" => DType::F32,
@@ -59,6 +64,7 @@ impl DType {
             "i32" | "int32" => DType::I32,
             "i64" | "int64" => DType::I64,
             "bool" => DType::Bool,
+            "bf16" | "bfloat16" => DType::BF16,
             _ => return None,
         })
     }
@@ -72,6 +78,7 @@ impl fmt::Display for DType {
             DType::I64 => "i64",
             DType::F32 => "f32",
             DType::F64 => "f64",
+            DType::BF16 => "bf16",
         })
     }
 }
@@ -120,6 +127,9 @@ impl Const {
             DType::I64 => Const::I64(0),
             DType::F32 => Const::F32(0.0),
             DType::F64 => Const::F64(0.0),
+            // bf16 has no constants (it is a storage type); its zero has the same bits as
+            // an i32 zero's low half, and nothing folds into a bf16 accumulator.
+            DType::BF16 => Const::I32(0),
         }
     }
 }
@@ -272,6 +282,42 @@ impl Intrinsic {
     }
 }
 
+/// Operations on pairs of bf16 values packed into one 32-bit word (the low half first), the
+/// operand shape of the bf16 dot-product instructions (AVX-512 BF16's `vdpbf16ps`): a
+/// reduction over pairs of steps of `k` runs one instruction per pair and vector.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum PairOp {
+    /// `pack_bf16(lo, hi)`: two `BF16` values into one `I32` word, `lo` in bits 0-15.
+    Pack,
+    /// `dot_bf16(a, b)`: of two packed `I32` words, `lo(a)·lo(b) + hi(a)·hi(b)` in f32 (the
+    /// products are exact in f32; the sum rounds once).
+    Dot,
+}
+
+impl PairOp {
+    /// Lower-case name, as printed.
+    pub fn name(self) -> &'static str {
+        match self {
+            PairOp::Pack => "pack_bf16",
+            PairOp::Dot => "dot_bf16",
+        }
+    }
+    /// The dtype of the operands.
+    pub fn operand(self) -> DType {
+        match self {
+            PairOp::Pack => DType::BF16,
+            PairOp::Dot => DType::I32,
+        }
+    }
+    /// The dtype of the result.
+    pub fn result(self) -> DType {
+        match self {
+            PairOp::Pack => DType::I32,
+            PairOp::Dot => DType::F32,
+        }
+    }
+}
+
 /// Combiner of a reduction; its identity is the initial value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Combiner {
@@ -347,6 +393,8 @@ pub enum Expr {
     Cast(DType, Box<Expr>),
     /// Unary math intrinsic.
     Call(Intrinsic, Box<Expr>),
+    /// An operation on bf16 pairs ([`PairOp`]).
+    Pair(PairOp, Box<Expr>, Box<Expr>),
     /// Tensor element access (tensor expressions only).
     Load {
         /// The tensor read.
@@ -478,6 +526,7 @@ impl Expr {
             Expr::Select(_, t, _) => t.dtype(),
             Expr::Cast(d, _) => *d,
             Expr::Call(_, a) => a.dtype(),
+            Expr::Pair(op, ..) => op.result(),
             Expr::Load { dtype, .. } | Expr::BufLoad { dtype, .. } => *dtype,
             Expr::Reduce { source, .. } => source.dtype(),
         }
@@ -503,6 +552,9 @@ impl Expr {
                 }
                 if *op == BinOp::Mod && ta.is_float() {
                     return Err(err(self, "modulo of floats".into()));
+                }
+                if ta == DType::BF16 {
+                    return Err(err(self, "arithmetic on bf16; cast to f32".into()));
                 }
                 Ok(ta)
             }
@@ -551,6 +603,20 @@ impl Expr {
                 }
                 Ok(t)
             }
+            Expr::Pair(op, a, b) => {
+                let (ta, tb) = (a.check()?, b.check()?);
+                if ta != op.operand() || tb != op.operand() {
+                    return Err(err(
+                        self,
+                        format!(
+                            "{} takes {} operands, not {ta} and {tb}",
+                            op.name(),
+                            op.operand()
+                        ),
+                    ));
+                }
+                Ok(op.result())
+            }
             Expr::Load { dtype, indices, .. } => {
                 for i in indices {
                     if !i.check()?.is_int() {
@@ -574,7 +640,11 @@ impl Expr {
         f(self);
         match self {
             Expr::Const(_) | Expr::Var(_) => {}
-            Expr::Bin(_, a, b) | Expr::Cmp(_, a, b) | Expr::And(a, b) | Expr::Or(a, b) => {
+            Expr::Bin(_, a, b)
+            | Expr::Cmp(_, a, b)
+            | Expr::And(a, b)
+            | Expr::Or(a, b)
+            | Expr::Pair(_, a, b) => {
                 a.visit(f);
                 b.visit(f);
             }
@@ -620,6 +690,10 @@ impl Expr {
             Expr::Or(x, y) => match (x.rewrite_changed(f), y.rewrite_changed(f)) {
                 (None, None) => None,
                 (a, b) => Some(Expr::Or(kid(x, a), kid(y, b))),
+            },
+            Expr::Pair(op, x, y) => match (x.rewrite_changed(f), y.rewrite_changed(f)) {
+                (None, None) => None,
+                (a, b) => Some(Expr::Pair(*op, kid(x, a), kid(y, b))),
             },
             Expr::Not(x) => x.rewrite_changed(f).map(|a| Expr::Not(Box::new(a))),
             Expr::Cast(d, x) => x.rewrite_changed(f).map(|a| Expr::Cast(*d, Box::new(a))),
@@ -826,6 +900,15 @@ pub fn abs(x: impl Into<Expr>) -> Expr {
     Expr::Call(Intrinsic::Abs, Box::new(x.into()))
 }
 
+/// Two bf16 values packed into one 32-bit word, `lo` in the low half ([`PairOp::Pack`]).
+pub fn pack_bf16(lo: impl Into<Expr>, hi: impl Into<Expr>) -> Expr {
+    Expr::Pair(PairOp::Pack, Box::new(lo.into()), Box::new(hi.into()))
+}
+/// The f32 dot product of two packed bf16 pairs ([`PairOp::Dot`]).
+pub fn dot_bf16(a: impl Into<Expr>, b: impl Into<Expr>) -> Expr {
+    Expr::Pair(PairOp::Dot, Box::new(a.into()), Box::new(b.into()))
+}
+
 fn reduce<'a>(
     combiner: Combiner,
     source: Expr,
@@ -986,6 +1069,7 @@ impl fmt::Display for ExprDisplay<'_> {
             ),
             Expr::Cast(d, a) => write!(f, "{d}({})", self.sub(a)),
             Expr::Call(c, a) => write!(f, "{}({})", c.name(), self.sub(a)),
+            Expr::Pair(op, a, b) => write!(f, "{}({}, {})", op.name(), self.sub(a), self.sub(b)),
             Expr::Load {
                 tensor, indices, ..
             } => {

@@ -15,7 +15,7 @@
 //! ```
 
 use crate::dag::{ComputeDag, DagError};
-use crate::expr::{self, select, sum, Const, DType, Expr};
+use crate::expr::{self, dot_bf16, pack_bf16, select, sum, Const, DType, Expr};
 use crate::te::{Graph, Tensor};
 use crate::text::single_line;
 use std::collections::BTreeMap;
@@ -248,12 +248,12 @@ impl WorkloadSpec {
                     return Err(SpecError::DuplicateKey { key: k.into() });
                 }
                 dtype = Some(match DType::parse(v) {
-                    Some(d @ (DType::F32 | DType::F64 | DType::I32)) => d,
+                    Some(d @ (DType::F32 | DType::F64 | DType::I32 | DType::BF16)) => d,
                     _ => {
                         return Err(SpecError::BadValue {
                             key: k.into(),
                             value: v.into(),
-                            reason: "dtype must be f32, f64 or i32".into(),
+                            reason: "dtype must be f32, f64, i32 or bf16".into(),
                         })
                     }
                 });
@@ -395,6 +395,24 @@ impl WorkloadSpec {
         if name.contains("conv2d") {
             self.conv_out(name)?;
         }
+        if self.dtype == DType::BF16 {
+            if name != "matmul" {
+                return Err(SpecError::BadValue {
+                    key: "dtype".into(),
+                    value: "bf16".into(),
+                    reason: format!("bf16 inputs are for matmul only, not {name}"),
+                });
+            }
+            if self.v("K") % 2 != 0 {
+                return Err(SpecError::BadShape {
+                    op: name.into(),
+                    reason: format!(
+                        "with bf16 inputs K must be even (the dot product takes pairs), not {}",
+                        self.v("K")
+                    ),
+                });
+            }
+        }
         if name == "softmax" && !self.dtype.is_float() {
             return Err(SpecError::BadValue {
                 key: "dtype".into(),
@@ -451,6 +469,7 @@ impl WorkloadSpec {
         let mut g = Graph::new();
         let dt = self.dtype;
         let out = match self.op.name {
+            "matmul" if dt == DType::BF16 => self.build_matmul_bf16(&mut g),
             "matmul" => {
                 let (m, n, k) = (self.v("M"), self.v("N"), self.v("K"));
                 let a = g.placeholder("A", &[m, k], dt);
@@ -535,6 +554,33 @@ impl WorkloadSpec {
         ComputeDag::new(&g, &[out]).map_err(|source| SpecError::Dag {
             op: self.op.name.into(),
             source,
+        })
+    }
+
+    /// A matmul of bf16 inputs into f32: `C[i, j] = Σ_k A[i, k]·B[k, j]` taken two steps of
+    /// `k` at a time, the shape of AVX-512 BF16's `vdpbf16ps` (each f32 lane adds the dot
+    /// product of one pair of adjacent bf16). A's pairs are adjacent in its rows already;
+    /// B's two rows of a pair are interleaved into `B_pairs` (`[K/2, N]` words, one pass over
+    /// B), so that a vector of its words is a vector of pairs along `j`.
+    fn build_matmul_bf16(&self, g: &mut Graph) -> Tensor {
+        let (m, n, k) = (self.v("M"), self.v("N"), self.v("K"));
+        let a = g.placeholder("A", &[m, k], DType::BF16);
+        let b = g.placeholder("B", &[k, n], DType::BF16);
+        let bp = g.compute("B_pairs", &[k / 2, n], &["k2", "j"], |ax| {
+            let k0 = ax[0].clone() * 2;
+            pack_bf16(
+                b.at([k0.clone(), ax[1].clone()]),
+                b.at([k0 + 1, ax[1].clone()]),
+            )
+        });
+        let rk = g.reduce_axis(k / 2, "k");
+        g.compute("C", &[m, n], &["i", "j"], |ax| {
+            let k0 = rk.expr() * 2;
+            let pa = pack_bf16(
+                a.at([ax[0].clone(), k0.clone()]),
+                a.at([ax[0].clone(), k0 + 1]),
+            );
+            sum(dot_bf16(pa, bp.at([rk.expr(), ax[1].clone()])), [&rk])
         })
     }
 

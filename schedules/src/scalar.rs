@@ -4,8 +4,8 @@
 //! f32 arithmetic is done in f32 (so results round as compiled code rounds, up to FMA
 //! contraction), i32 arithmetic wraps, index arithmetic is i64 floor division and modulo.
 
-use crate::data::Data;
-use crate::expr::{BinOp, CmpOp, Const, DType, Expr, Intrinsic};
+use crate::data::{bf16_to_f32, f32_to_bf16, Data};
+use crate::expr::{BinOp, CmpOp, Const, DType, Expr, Intrinsic, PairOp};
 
 /// A typed scalar.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -20,6 +20,8 @@ pub enum Value {
     F32(f32),
     /// Double precision.
     F64(f64),
+    /// bfloat16, as its bits.
+    BF16(u16),
 }
 
 /// A failure while evaluating.
@@ -87,6 +89,7 @@ impl Value {
             Data::F32(v) => Value::F32(v[i]),
             Data::F64(v) => Value::F64(v[i]),
             Data::I32(v) => Value::I32(v[i]),
+            Data::BF16(v) => Value::BF16(v[i]),
         }
     }
     /// Writes into element `i` of `data`, converting to its dtype.
@@ -95,6 +98,12 @@ impl Value {
             Data::F32(v) => v[i] = self.to_f64() as f32,
             Data::F64(v) => v[i] = self.to_f64(),
             Data::I32(v) => v[i] = self.as_i64().unwrap_or(0) as i32,
+            Data::BF16(v) => {
+                v[i] = match self {
+                    Value::BF16(b) => b,
+                    x => f32_to_bf16(x.to_f64() as f32),
+                }
+            }
         }
     }
     /// The value as f64.
@@ -108,6 +117,7 @@ impl Value {
             Value::I64(v) => v as f64,
             Value::F32(v) => v as f64,
             Value::F64(v) => v,
+            Value::BF16(b) => bf16_to_f32(b) as f64,
         }
     }
 
@@ -130,6 +140,11 @@ impl Value {
                 v => Value::F32(v.to_f64() as f32),
             },
             DType::F64 => Value::F64(self.to_f64()),
+            DType::BF16 => Value::BF16(match self {
+                Value::BF16(b) => b,
+                Value::F64(v) => f32_to_bf16(v as f32),
+                v => f32_to_bf16(v.to_f64() as f32),
+            }),
         }
     }
 }
@@ -251,6 +266,32 @@ pub fn intrinsic(f: Intrinsic, a: Value, e: &Expr) -> Result<Value, EvalError> {
     })
 }
 
+/// A bf16 pair operation ([`PairOp`]).
+pub fn pair(op: PairOp, a: Value, b: Value, e: &Expr) -> Result<Value, EvalError> {
+    let half = |w: i32, hi: bool| {
+        bf16_to_f32(if hi {
+            (w as u32 >> 16) as u16
+        } else {
+            w as u16
+        })
+    };
+    Ok(match (op, a, b) {
+        (PairOp::Pack, Value::BF16(lo), Value::BF16(hi)) => {
+            Value::I32(((hi as u32) << 16 | lo as u32) as i32)
+        }
+        (PairOp::Dot, Value::I32(x), Value::I32(y)) => {
+            // Each product of two bf16 is exact in f32 (8 by 8 significant bits).
+            Value::F32(half(x, false) * half(y, false) + half(x, true) * half(y, true))
+        }
+        _ => {
+            return Err(EvalError::Unsupported(format!(
+                "operand types of `{e}` are not {}",
+                op.operand()
+            )))
+        }
+    })
+}
+
 /// Where an evaluation reads variables and memory from.
 pub trait Env {
     /// The value of variable `id`.
@@ -286,6 +327,10 @@ pub fn eval(e: &Expr, env: &mut impl Env) -> Result<Value, EvalError> {
         Expr::Call(f, a) => {
             let x = eval(a, env)?;
             intrinsic(*f, x, e)?
+        }
+        Expr::Pair(op, a, b) => {
+            let (x, y) = (eval(a, env)?, eval(b, env)?);
+            pair(*op, x, y, e)?
         }
         Expr::Load { indices, .. } => {
             let mut idx = Vec::with_capacity(indices.len());

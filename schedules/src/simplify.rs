@@ -182,6 +182,7 @@ impl Simplifier {
                 }
             }
             Expr::Call(f, a) => Expr::Call(*f, Box::new(self.expr(a))),
+            Expr::Pair(op, a, b) => Expr::Pair(*op, Box::new(self.expr(a)), Box::new(self.expr(b))),
             Expr::Load { .. } | Expr::BufLoad { .. } => self.load(e),
             Expr::Reduce { .. } | Expr::Var(_) => self.zeroed(e),
             Expr::Const(_) => e.clone(),
@@ -585,6 +586,7 @@ fn fold(op: BinOp, a: Const, b: Const) -> Option<Const> {
         Value::I32(v) => Some(Const::I32(v)),
         Value::I64(v) => Some(Const::I64(v)),
         Value::B(v) => Some(Const::Bool(v)),
+        Value::BF16(_) => None,
     }
 }
 

@@ -23,6 +23,8 @@ fn c_type(d: DType) -> &'static str {
         DType::F64 => "double",
         DType::I32 => "int32_t",
         DType::I64 => "int64_t",
+        // The bits of each bf16 (C has no portable bf16 type).
+        DType::BF16 => "uint16_t",
         _ => "float",
     }
 }

@@ -62,6 +62,8 @@ pub(crate) fn rust_type(d: DType) -> &'static str {
         DType::F64 => "f64",
         DType::I32 => "i32",
         DType::I64 => "i64",
+        // The bits of each bf16 (`tensortune_schedules::data::f32_to_bf16` makes them).
+        DType::BF16 => "u16",
         _ => "f32",
     }
 }

@@ -367,6 +367,14 @@ fn read_inputs(params: &[&crate::ParamSpec], paths: &[PathBuf]) -> Result<Vec<Nd
                 let a: ArrayD<i32> = crate::npy::read(path).map_err(npy_err)?;
                 (a.shape().to_vec(), Data::I32(a.iter().copied().collect()))
             }
+            DType::BF16 => {
+                // numpy has no bf16: a bf16 input is given as f32 and rounded to nearest.
+                let a: ArrayD<f32> = crate::npy::read(path).map_err(npy_err)?;
+                let bits = a
+                    .iter()
+                    .map(|&x| tensortune_schedules::data::f32_to_bf16(x));
+                (a.shape().to_vec(), Data::BF16(bits.collect()))
+            }
             d => {
                 return Err(CliError::Internal(format!(
                     "input `{}` of dtype {d}",

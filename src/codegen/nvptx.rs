@@ -417,6 +417,11 @@ impl<'ctx> PtxGen<'ctx, '_> {
                 )?
                 .ok_or_else(|| CodegenError::Llvm("shfl.sync.bfly returned nothing".into()))?,
             DType::I32 => word(self, int(v)?)?.into(),
+            DType::BF16 => {
+                return Err(CodegenError::Unsupported(
+                    "a cross-thread reduction of bf16".into(),
+                ))
+            }
             DType::Bool => {
                 let w = self.b.build_int_z_extend(int(v)?, i32t, "w")?;
                 let r = word(self, w)?;
@@ -753,6 +758,12 @@ impl<'ctx> PtxGen<'ctx, '_> {
 
     fn expr(&mut self, e: &Expr) -> Res<V<'ctx>> {
         Ok(match e {
+            Expr::Pair(op, ..) => {
+                return Err(CodegenError::Unsupported(format!(
+                    "{} (bf16 pairs) on the GPU",
+                    op.name()
+                )))
+            }
             Expr::Const(c) => constant(self.cx, *c),
             Expr::Var(v) => self
                 .vars
@@ -1287,6 +1298,7 @@ fn reg_ty(cx: &Context, d: DType) -> BasicTypeEnum<'_> {
         DType::I64 => cx.i64_type().into(),
         DType::F32 => cx.f32_type().into(),
         DType::F64 => cx.f64_type().into(),
+        DType::BF16 => cx.i16_type().into(),
     }
 }
 

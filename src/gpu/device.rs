@@ -107,6 +107,7 @@ fn element_bytes(dtype: DType) -> Result<usize, DeviceError> {
     match dtype {
         DType::F32 | DType::I32 => Ok(4),
         DType::F64 => Ok(8),
+        DType::BF16 => Ok(2),
         DType::Bool | DType::I64 => Err(DeviceError::DType(dtype)),
     }
 }

@@ -605,6 +605,7 @@ mod imp {
                             Data::F32(v) => result::memcpy_htod_sync(ptr, v),
                             Data::F64(v) => result::memcpy_htod_sync(ptr, v),
                             Data::I32(v) => result::memcpy_htod_sync(ptr, v),
+                            Data::BF16(v) => result::memcpy_htod_sync(ptr, v),
                         }
                     })
                     .map_err(dev_err)?;
@@ -657,6 +658,7 @@ mod imp {
                         Data::F32(v) => result::memcpy_dtoh_sync(v, ptr),
                         Data::F64(v) => result::memcpy_dtoh_sync(v, ptr),
                         Data::I32(v) => result::memcpy_dtoh_sync(v, ptr),
+                        Data::BF16(v) => result::memcpy_dtoh_sync(v, ptr),
                     }
                 })
                 .map_err(kernel_err)?;
@@ -877,6 +879,7 @@ mod imp {
                     Data::F32(v) => result::memcpy_htod_sync(ptr, v),
                     Data::F64(v) => result::memcpy_htod_sync(ptr, v),
                     Data::I32(v) => result::memcpy_htod_sync(ptr, v),
+                    Data::BF16(v) => result::memcpy_htod_sync(ptr, v),
                 }
             })
         }
@@ -892,6 +895,7 @@ mod imp {
                     Data::F32(v) => result::memcpy_dtoh_sync(v, ptr),
                     Data::F64(v) => result::memcpy_dtoh_sync(v, ptr),
                     Data::I32(v) => result::memcpy_dtoh_sync(v, ptr),
+                    Data::BF16(v) => result::memcpy_dtoh_sync(v, ptr),
                 }
             })
         }

@@ -155,6 +155,7 @@ fn elem_size(dtype: DType) -> Option<usize> {
     match dtype {
         DType::F32 | DType::I32 => Some(4),
         DType::F64 => Some(8),
+        DType::BF16 => Some(2),
         DType::Bool | DType::I64 => None,
     }
 }
@@ -194,6 +195,9 @@ pub(crate) fn encode<H: Serialize>(header: &H, bufs: &[&NdData]) -> Result<Vec<u
                 .iter()
                 .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
             Data::I32(v) => v
+                .iter()
+                .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+            Data::BF16(v) => v
                 .iter()
                 .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
         }
@@ -294,6 +298,11 @@ pub(crate) fn split(payload: &[u8], metas: &[BufMeta]) -> Result<Vec<NdData>, St
             DType::I32 => Data::I32(
                 raw.chunks_exact(4)
                     .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect(),
+            ),
+            DType::BF16 => Data::BF16(
+                raw.chunks_exact(2)
+                    .map(|c| u16::from_le_bytes([c[0], c[1]]))
                     .collect(),
             ),
             _ => Data::F64(

@@ -402,6 +402,7 @@ fn view(b: &AlignedBuffer) -> Result<OutputView<'_>, MeasureError> {
         DType::F32 => OutputView::F32(b.as_slice().map_err(e)?),
         DType::F64 => OutputView::F64(b.as_slice().map_err(e)?),
         DType::I32 => OutputView::I32(b.as_slice().map_err(e)?),
+        DType::BF16 => OutputView::BF16(b.as_slice().map_err(e)?),
         d => return Err(internal(format!("cannot check outputs of dtype {d:?}"))),
     })
 }

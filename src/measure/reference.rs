@@ -5,7 +5,7 @@
 //! measurer does exactly that.
 
 use super::internal;
-use tensortune_schedules::data::{rel_diff, Data, NdData};
+use tensortune_schedules::data::{bf16_to_f32, rel_diff, Data, NdData};
 use tensortune_schedules::te::OpKind;
 use tensortune_schedules::{eval, ComputeDag, DType, Expr};
 use tensortune_tuner::measure::{MeasureError, MeasureErrorKind};
@@ -60,6 +60,8 @@ pub enum OutputView<'a> {
     F64(&'a [f64]),
     /// `i32` elements.
     I32(&'a [i32]),
+    /// `bf16` elements, as their bits.
+    BF16(&'a [u16]),
 }
 
 impl<'a> OutputView<'a> {
@@ -69,6 +71,7 @@ impl<'a> OutputView<'a> {
             Data::F32(v) => OutputView::F32(v),
             Data::F64(v) => OutputView::F64(v),
             Data::I32(v) => OutputView::I32(v),
+            Data::BF16(v) => OutputView::BF16(v),
         }
     }
 
@@ -77,6 +80,7 @@ impl<'a> OutputView<'a> {
             OutputView::F32(s) => s.len(),
             OutputView::F64(s) => s.len(),
             OutputView::I32(s) => s.len(),
+            OutputView::BF16(s) => s.len(),
         }
     }
 
@@ -85,6 +89,7 @@ impl<'a> OutputView<'a> {
             OutputView::F32(s) => s.get(i).map(|&x| x as f64),
             OutputView::F64(s) => s.get(i).copied(),
             OutputView::I32(s) => s.get(i).map(|&x| x as f64),
+            OutputView::BF16(s) => s.get(i).map(|&x| bf16_to_f32(x) as f64),
         }
     }
 
@@ -93,6 +98,7 @@ impl<'a> OutputView<'a> {
             OutputView::F32(_) => DType::F32,
             OutputView::F64(_) => DType::F64,
             OutputView::I32(_) => DType::I32,
+            OutputView::BF16(_) => DType::BF16,
         }
     }
 
@@ -102,6 +108,7 @@ impl<'a> OutputView<'a> {
             OutputView::F32(s) => s.iter().any(|x| x.is_nan()),
             OutputView::F64(s) => s.iter().any(|x| x.is_nan()),
             OutputView::I32(_) => false,
+            OutputView::BF16(s) => s.iter().any(|&x| bf16_to_f32(x).is_nan()),
         }
     }
 }

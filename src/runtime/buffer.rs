@@ -67,6 +67,11 @@ impl Element for i32 {
 impl Element for i64 {
     const DTYPE: DType = DType::I64;
 }
+/// bf16 elements are viewed as their bits (`tensortune_schedules::data::bf16_to_f32` and
+/// `f32_to_bf16` convert).
+impl Element for u16 {
+    const DTYPE: DType = DType::BF16;
+}
 
 /// A row-major array in 64-byte aligned, owned memory.
 pub struct AlignedBuffer {
@@ -170,6 +175,7 @@ impl AlignedBuffer {
             Data::F32(v) => self.as_mut_slice::<f32>()?.copy_from_slice(v),
             Data::F64(v) => self.as_mut_slice::<f64>()?.copy_from_slice(v),
             Data::I32(v) => self.as_mut_slice::<i32>()?.copy_from_slice(v),
+            Data::BF16(v) => self.as_mut_slice::<u16>()?.copy_from_slice(v),
         }
         Ok(())
     }
@@ -189,6 +195,7 @@ impl AlignedBuffer {
             DType::F32 => Data::F32(self.as_slice::<f32>()?.to_vec()),
             DType::F64 => Data::F64(self.as_slice::<f64>()?.to_vec()),
             DType::I32 => Data::I32(self.as_slice::<i32>()?.to_vec()),
+            DType::BF16 => Data::BF16(self.as_slice::<u16>()?.to_vec()),
             d => return Err(BufferError::BadDType(d)),
         };
         Ok(NdData {

@@ -47,6 +47,8 @@ fn sketches_of_every_op_are_correct() {
         ("softmax:M=4,N=24", 1),
         ("reduce_sum:M=3,N=40", 2),
         ("matmul:M=16,N=16,K=16", 4),
+        // bf16 pairs: the interleaving stage kept or inlined, the pairs' dot products tiled.
+        ("matmul:M=6,N=20,K=14,dtype=bf16", 1),
     ];
     for (spec, threads) in specs {
         let dag = WorkloadSpec::parse(spec).unwrap().build().unwrap();

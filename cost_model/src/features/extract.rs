@@ -9,7 +9,7 @@
 use super::index::{AccessPattern, Env, LoopDim};
 use super::names::*;
 use super::CoreModel;
-use tensortune_schedules::expr::{BinOp, BufId, DType, Expr};
+use tensortune_schedules::expr::{BinOp, BufId, DType, Expr, PairOp};
 use tensortune_schedules::ir::{BufKind, ForKind, LoweredFunc, Scope, Stmt, ThreadAxis};
 
 /// Cache line size assumed for the `lines` features (bytes): x86 and NVIDIA L1 sectors are
@@ -107,7 +107,10 @@ impl Ops {
                 match op {
                     BinOp::Add | BinOp::Sub => {
                         let is_mul = |x: &Expr| matches!(x, Expr::Bin(BinOp::Mul, ..));
-                        if is_mul(a) || is_mul(b) {
+                        let is_dot = |x: &Expr| matches!(x, Expr::Pair(PairOp::Dot, ..));
+                        if is_dot(a) || is_dot(b) {
+                            // acc + dot_bf16(a, b): the dot instruction accumulates.
+                        } else if is_mul(a) || is_mul(b) {
                             // a + b * c: one multiply-add instead of an add and a multiply.
                             self.sub_mul(float);
                             self.add(MAD, float);
@@ -154,6 +157,20 @@ impl Ops {
                 let da = self.count(a);
                 self.add(MATH, da.is_float());
                 da
+            }
+            Expr::Pair(op, a, b) => {
+                self.count(a);
+                self.count(b);
+                match op {
+                    // One instruction of two multiply-adds per lane (four flops with the
+                    // accumulation it takes over).
+                    PairOp::Dot => {
+                        self.add(MAD, true);
+                        self.add(MAD, true);
+                    }
+                    PairOp::Pack => self.add(ADDSUB, false),
+                }
+                op.result()
             }
             Expr::BufLoad { dtype, index, .. } => {
                 self.count(index);
@@ -976,7 +993,11 @@ fn visit_ref<'e>(e: &'e Expr, f: &mut impl FnMut(&'e Expr)) {
     f(e);
     match e {
         Expr::Const(_) | Expr::Var(_) => {}
-        Expr::Bin(_, a, b) | Expr::Cmp(_, a, b) | Expr::And(a, b) | Expr::Or(a, b) => {
+        Expr::Bin(_, a, b)
+        | Expr::Cmp(_, a, b)
+        | Expr::And(a, b)
+        | Expr::Or(a, b)
+        | Expr::Pair(_, a, b) => {
             visit_ref(a, f);
             visit_ref(b, f);
         }

@@ -78,9 +78,11 @@ pub(crate) fn eval(e: &Expr, env: &Env) -> Option<i64> {
             }
         }
         Expr::Cast(_, a) => eval(a, env)?,
-        Expr::Call(..) | Expr::Load { .. } | Expr::BufLoad { .. } | Expr::Reduce { .. } => {
-            return None
-        }
+        Expr::Call(..)
+        | Expr::Pair(..)
+        | Expr::Load { .. }
+        | Expr::BufLoad { .. }
+        | Expr::Reduce { .. } => return None,
     })
 }
 

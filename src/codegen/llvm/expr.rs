@@ -14,7 +14,7 @@ use inkwell::types::{BasicType, BasicTypeEnum, VectorType};
 use inkwell::values::FastMathFlags;
 use inkwell::values::{BasicMetadataValueEnum, BasicValue, BasicValueEnum, VectorValue};
 use inkwell::{FloatPredicate, IntPredicate};
-use tensortune_schedules::expr::{BinOp, CmpOp, Intrinsic as Intr};
+use tensortune_schedules::expr::{BinOp, CmpOp, Intrinsic as Intr, PairOp};
 use tensortune_schedules::{Const, DType, Expr};
 
 type V<'ctx> = BasicValueEnum<'ctx>;
@@ -24,6 +24,16 @@ pub(super) fn has_load(e: &Expr) -> bool {
     let mut found = false;
     e.visit(&mut |x| found |= matches!(x, Expr::BufLoad { .. } | Expr::Load { .. }));
     found
+}
+
+/// `(acc, x, y)` if `a + b` is `acc + dot_bf16(x, y)` in either order.
+fn dot_operand<'e>(a: &'e Expr, b: &'e Expr) -> Option<(&'e Expr, &'e Expr, &'e Expr)> {
+    match (a, b) {
+        (acc, Expr::Pair(PairOp::Dot, x, y)) | (Expr::Pair(PairOp::Dot, x, y), acc) => {
+            Some((acc, x, y))
+        }
+        _ => None,
+    }
 }
 
 fn invalid(msg: String) -> CodegenError {
@@ -44,6 +54,12 @@ impl<'ctx> Gen<'ctx, '_> {
                 let d = a.dtype();
                 if b.dtype() != d {
                     return Err(invalid(format!("operands of `{e}` have different dtypes")));
+                }
+                if let (BinOp::Add, Some((acc, p, q))) = (op, dot_operand(a, b)) {
+                    // acc + dot_bf16(p, q): the dot instruction accumulates.
+                    let acc = self.expr(acc)?;
+                    let (p, q) = (self.expr(p)?, self.expr(q)?);
+                    return self.dot_bf16(Some(acc), p, q);
                 }
                 let (x, y) = (self.expr(a)?, self.expr(b)?);
                 let (x, y) = self.unify(x, y)?;
@@ -92,6 +108,19 @@ impl<'ctx> Gen<'ctx, '_> {
             Expr::Call(f, a) => {
                 let x = self.expr(a)?;
                 self.call(*f, a.dtype(), x)
+            }
+            Expr::Pair(op, a, b) => {
+                if a.dtype() != op.operand() || b.dtype() != op.operand() {
+                    return Err(invalid(format!(
+                        "operands of `{e}` are not {}",
+                        op.operand()
+                    )));
+                }
+                let (x, y) = (self.expr(a)?, self.expr(b)?);
+                match op {
+                    PairOp::Pack => self.pack_bf16(x, y),
+                    PairOp::Dot => self.dot_bf16(None, x, y),
+                }
             }
             Expr::BufLoad { buf, dtype, index } => {
                 if self.decl(*buf)?.dtype != *dtype {
@@ -455,6 +484,14 @@ impl<'ctx> Gen<'ctx, '_> {
         if from == to {
             return Ok(x);
         }
+        if from == DType::BF16 {
+            let f = self.bf16_to_f32(x)?;
+            return self.cast(f, DType::F32, to);
+        }
+        if to == DType::BF16 {
+            let f = self.cast(x, from, DType::F32)?;
+            return self.f32_to_bf16(f);
+        }
         let lanes = match x {
             V::VectorValue(v) => Some(v.get_type().get_size()),
             _ => None,
@@ -637,27 +674,189 @@ impl<'ctx> Gen<'ctx, '_> {
         Ok(y)
     }
 
+    /// `x` (i32 or a vector of them) with the same lanes of type `d`.
+    fn same_lanes(&self, x: V<'ctx>, d: BasicTypeEnum<'ctx>) -> Res<BasicTypeEnum<'ctx>> {
+        Ok(match x {
+            V::VectorValue(v) => d.vec_type_of(v.get_type().get_size())?.into(),
+            _ => d,
+        })
+    }
+
+    /// `c` as a scalar or splat like `x`.
+    fn int_like(&mut self, x: V<'ctx>, c: u64) -> Res<V<'ctx>> {
+        let c = self.cx.i32_type().const_int(c, false).into();
+        self.splat_like(x, c)
+    }
+
+    /// The f32 of a bf16 (bits in an i16): its bits shifted into the upper half.
+    fn bf16_to_f32(&mut self, x: V<'ctx>) -> Res<V<'ctx>> {
+        use inkwell::values::InstructionOpcode as O;
+        let i32t = self.same_lanes(x, self.cx.i32_type().into())?;
+        let w = self.b.build_cast(O::ZExt, x, i32t, "bfw")?;
+        let sixteen = self.int_like(w, 16)?;
+        let hi = self.b.build_binop(O::Shl, w, sixteen, "bfhi")?;
+        let f32t = self.same_lanes(x, self.cx.f32_type().into())?;
+        Ok(self.b.build_cast(O::BitCast, hi, f32t, "bff")?)
+    }
+
+    /// The bf16 nearest an f32, ties to even, as `tensortune_schedules::data::f32_to_bf16`
+    /// rounds (a NaN becomes a quiet NaN).
+    fn f32_to_bf16(&mut self, x: V<'ctx>) -> Res<V<'ctx>> {
+        use inkwell::values::InstructionOpcode as O;
+        let i32t = self.same_lanes(x, self.cx.i32_type().into())?;
+        let bits = self.b.build_cast(O::BitCast, x, i32t, "fbits")?;
+        let sixteen = self.int_like(bits, 16)?;
+        let one = self.int_like(bits, 1)?;
+        let half = self.int_like(bits, 0x7fff)?;
+        let kept = self.b.build_binop(O::LShr, bits, sixteen, "kept")?;
+        let odd = self.b.build_binop(O::And, kept, one, "odd")?;
+        let round = self.b.build_binop(O::Add, half, odd, "round")?;
+        let sum = self.b.build_binop(O::Add, bits, round, "rsum")?;
+        let rounded = self.b.build_binop(O::LShr, sum, sixteen, "rnd")?;
+        let quiet = self.int_like(bits, 0x40)?;
+        let nan = self.b.build_binop(O::Or, kept, quiet, "qnan")?;
+        let is_nan = self.fcmp(FloatPredicate::UNO, x, x)?;
+        let r = self.select(is_nan, nan, rounded)?;
+        let i16t = self.same_lanes(x, self.cx.i16_type().into())?;
+        Ok(self.b.build_cast(O::Trunc, r, i16t, "bf16")?)
+    }
+
+    /// Two bf16 (i16 bits) packed into one i32 word, `lo` in the low half.
+    fn pack_bf16(&mut self, lo: V<'ctx>, hi: V<'ctx>) -> Res<V<'ctx>> {
+        use inkwell::values::InstructionOpcode as O;
+        let (lo, hi) = self.unify(lo, hi)?;
+        let i32t = self.same_lanes(lo, self.cx.i32_type().into())?;
+        let l = self.b.build_cast(O::ZExt, lo, i32t, "plo")?;
+        let h = self.b.build_cast(O::ZExt, hi, i32t, "phi")?;
+        let sixteen = self.int_like(h, 16)?;
+        let h = self.b.build_binop(O::Shl, h, sixteen, "phis")?;
+        Ok(self.b.build_binop(O::Or, l, h, "pair")?)
+    }
+
+    /// `acc + lo(x)·lo(y) + hi(x)·hi(y)` of packed bf16 pairs (`acc` 0 when `None`). Whole
+    /// vectors of 16, 8 or 4 lanes run AVX-512 BF16's `vdpbf16ps` where the host has it:
+    /// one instruction for what takes two FMAs and four unpacking operations otherwise.
+    pub(super) fn dot_bf16(
+        &mut self,
+        acc: Option<V<'ctx>>,
+        x: V<'ctx>,
+        y: V<'ctx>,
+    ) -> Res<V<'ctx>> {
+        let (x, y) = self.unify(x, y)?;
+        let (x, y, acc) = match acc {
+            Some(a) => {
+                let (x, a) = self.unify(x, a)?;
+                let (y, a) = self.unify(y, a)?;
+                let (x, y) = self.unify(x, y)?;
+                (x, y, Some(a))
+            }
+            None => (x, y, None),
+        };
+        if let (V::VectorValue(xv), V::VectorValue(yv)) = (x, y) {
+            let n = xv.get_type().get_size();
+            let vl = self.host.has_feature("avx512vl");
+            let width = match n {
+                _ if !self.host.has_feature("avx512bf16") => None,
+                n if n % 16 == 0 => Some(16),
+                8 | 4 if vl => Some(n),
+                _ => None,
+            };
+            if let Some(w) = width {
+                let acc = match acc {
+                    Some(a) => a.into_vector_value(),
+                    None => self.cx.f32_type().vec_type(n).const_zero(),
+                };
+                return self.vdpbf16ps(acc, xv, yv, w);
+            }
+        }
+        // Unpacked: the low half shifted up, the high half masked, two multiply-adds.
+        use inkwell::values::InstructionOpcode as O;
+        let f32t = self.same_lanes(x, self.cx.f32_type().into())?;
+        let sixteen = self.int_like(x, 16)?;
+        let mask = self.int_like(x, 0xffff_0000)?;
+        let mut halves = Vec::new();
+        for w in [x, y] {
+            let lo = self.b.build_binop(O::Shl, w, sixteen, "lo")?;
+            let hi = self.b.build_binop(O::And, w, mask, "hi")?;
+            halves.push(self.b.build_cast(O::BitCast, lo, f32t, "lof")?);
+            halves.push(self.b.build_cast(O::BitCast, hi, f32t, "hif")?);
+        }
+        let lo = self.binop(BinOp::Mul, DType::F32, halves[0], halves[2])?;
+        let hi = self.binop(BinOp::Mul, DType::F32, halves[1], halves[3])?;
+        let first = match acc {
+            Some(a) => self.binop(BinOp::Add, DType::F32, a, lo)?,
+            None => lo,
+        };
+        self.binop(BinOp::Add, DType::F32, first, hi)
+    }
+
+    /// `vdpbf16ps` over `acc`'s lanes, `w` (16, 8 or 4) at a time.
+    fn vdpbf16ps(
+        &mut self,
+        acc: VectorValue<'ctx>,
+        x: VectorValue<'ctx>,
+        y: VectorValue<'ctx>,
+        w: u32,
+    ) -> Res<V<'ctx>> {
+        use inkwell::values::InstructionOpcode as O;
+        let n = acc.get_type().get_size();
+        let name = match w {
+            16 => "llvm.x86.avx512bf16.dpbf16ps.512",
+            8 => "llvm.x86.avx512bf16.dpbf16ps.256",
+            _ => "llvm.x86.avx512bf16.dpbf16ps.128",
+        };
+        let pairs = self.cx.bf16_type().vec_type(2 * w);
+        let mut parts = Vec::new();
+        for at in (0..n).step_by(w as usize) {
+            let a = self.lane_chunk(acc, at, w)?;
+            let (xc, yc) = (self.lane_chunk(x, at, w)?, self.lane_chunk(y, at, w)?);
+            let p = self.b.build_cast(O::BitCast, xc, pairs, "bfp")?;
+            let q = self.b.build_cast(O::BitCast, yc, pairs, "bfq")?;
+            let r = self.intrinsic(name, &[], &[a.into(), p, q])?;
+            parts.push(r.into_vector_value());
+        }
+        Ok(self.concat_all(parts, "a dot product")?.into())
+    }
+
+    /// Lanes `at..at + w` of `v` (`v` itself where it has `w` lanes).
+    fn lane_chunk(&mut self, v: VectorValue<'ctx>, at: u32, w: u32) -> Res<VectorValue<'ctx>> {
+        if v.get_type().get_size() == w {
+            return Ok(v);
+        }
+        let i32t = self.cx.i32_type();
+        let idx: Vec<_> = (at..at + w)
+            .map(|l| i32t.const_int(l as u64, false))
+            .collect();
+        let mask = VectorType::const_vector(&idx);
+        Ok(self
+            .b
+            .build_shuffle_vector(v, v.get_type().get_undef(), mask, "chunk")?)
+    }
+
+    /// The lanes of `parts`, one after another (`what` names the value for the error of
+    /// no parts at all).
+    fn concat_all(&mut self, parts: Vec<VectorValue<'ctx>>, what: &str) -> Res<VectorValue<'ctx>> {
+        let mut parts = parts.into_iter();
+        let mut r = parts
+            .next()
+            .ok_or_else(|| invalid(format!("{what} of an empty vector")))?;
+        for part in parts {
+            r = self.concat(r, part)?;
+        }
+        Ok(r)
+    }
+
     /// `p * 2^floor(k)` lane by lane with AVX-512's `vscalefps`, 16 lanes at a time (`p` and
     /// `k` have a multiple of 16 lanes; `k` holds integers).
     fn scalef_f32(&mut self, p: VectorValue<'ctx>, k: VectorValue<'ctx>) -> Res<V<'ctx>> {
         let n = p.get_type().get_size();
         let i32t = self.cx.i32_type();
-        let chunk = |g: &mut Self, v: VectorValue<'ctx>, at: u32| -> Res<VectorValue<'ctx>> {
-            if n == 16 {
-                return Ok(v);
-            }
-            let idx: Vec<_> = (at..at + 16)
-                .map(|l| i32t.const_int(l as u64, false))
-                .collect();
-            let mask = VectorType::const_vector(&idx);
-            Ok(g.b.build_shuffle_vector(v, v.get_type().get_undef(), mask, "chunk")?)
-        };
         let all = self.cx.i16_type().const_all_ones().into();
         // _MM_FROUND_CUR_DIRECTION: the rounding mode of MXCSR (to nearest).
         let rounding = i32t.const_int(4, false).into();
         let mut parts = Vec::new();
         for at in (0..n).step_by(16) {
-            let (pc, kc) = (chunk(self, p, at)?, chunk(self, k, at)?);
+            let (pc, kc) = (self.lane_chunk(p, at, 16)?, self.lane_chunk(k, at, 16)?);
             let y = self.intrinsic(
                 "llvm.x86.avx512.mask.scalef.ps.512",
                 &[],
@@ -665,14 +864,7 @@ impl<'ctx> Gen<'ctx, '_> {
             )?;
             parts.push(y.into_vector_value());
         }
-        let mut parts = parts.into_iter();
-        let mut y = parts
-            .next()
-            .ok_or_else(|| invalid("exp of an empty vector".into()))?;
-        for part in parts {
-            y = self.concat(y, part)?;
-        }
-        Ok(y.into())
+        Ok(self.concat_all(parts, "exp")?.into())
     }
 
     /// The lanes of `a` followed by those of `b` (`b` no wider than `a`).

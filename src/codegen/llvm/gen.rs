@@ -1223,6 +1223,8 @@ impl<'ctx> Gen<'ctx, '_> {
             DType::I64 => self.cx.i64_type().into(),
             DType::F32 => self.cx.f32_type().into(),
             DType::F64 => self.cx.f64_type().into(),
+            // Bits only: arithmetic converts to f32 first.
+            DType::BF16 => self.cx.i16_type().into(),
         }
     }
 
