@@ -299,12 +299,22 @@ fn run_takes_bf16_inputs_from_f32_npy() {
     };
     let (ra, rb) = (a.mapv(round), b.mapv(round));
     let want = ra.dot(&rb).into_dyn();
-    let exact = a.mapv(|x| x as f64).dot(&b.mapv(|x| x as f64));
+    let (fa, fb) = (a.mapv(|x| x as f64), b.mapv(|x| x as f64));
+    let exact = fa.dot(&fb);
+    // Against the f32 inputs' product, bf16's tolerance: each input is off by at most 2^-9
+    // of itself, so each product by about 2^-8 of |a|·|b|, the sum by 2^-8 of Σ|a|·|b|.
+    let bound = fa.mapv(f64::abs).dot(&fb.mapv(f64::abs)) * (1.0 / 256.0) + 1e-5;
     let c: ArrayD<f32> = ndarray_npy::read_npy(&pc).expect("read c");
     assert_eq!(c.shape(), want.shape());
     let mut off_exact = 0.0f64;
-    for ((x, y), e) in c.iter().zip(want.iter()).zip(exact.iter()) {
+    for (((x, y), e), tol) in c
+        .iter()
+        .zip(want.iter())
+        .zip(exact.iter())
+        .zip(bound.iter())
+    {
         assert!((*x as f64 - y).abs() < 1e-5 * (1.0 + y.abs()), "{x} vs {y}");
+        assert!((*x as f64 - e).abs() <= *tol, "{x} vs the f32 inputs' {e}");
         off_exact = off_exact.max((*x as f64 - e).abs());
     }
     // The rounding of the inputs is visible against the f32 inputs' product.

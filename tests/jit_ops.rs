@@ -27,6 +27,8 @@ const SPECS: &[&str] = &[
     "reduce_sum:M=4,N=13,dtype=i32",
     "matmul:M=13,N=17,K=18,dtype=bf16",
     "matmul:M=8,N=48,K=34,dtype=bf16",
+    "batch_matmul:B=2,M=5,N=7,K=6,dtype=bf16",
+    "dense_bias_relu:M=5,N=19,K=12,dtype=bf16",
 ];
 
 fn dag(spec: &str) -> ComputeDag {

@@ -396,11 +396,13 @@ impl WorkloadSpec {
             self.conv_out(name)?;
         }
         if self.dtype == DType::BF16 {
-            if name != "matmul" {
+            if !matches!(name, "matmul" | "batch_matmul" | "dense_bias_relu") {
                 return Err(SpecError::BadValue {
                     key: "dtype".into(),
                     value: "bf16".into(),
-                    reason: format!("bf16 inputs are for matmul only, not {name}"),
+                    reason: format!(
+                        "bf16 inputs are for matmul, batch_matmul and dense_bias_relu, not {name}"
+                    ),
                 });
             }
             if self.v("K") % 2 != 0 {
@@ -469,7 +471,9 @@ impl WorkloadSpec {
         let mut g = Graph::new();
         let dt = self.dtype;
         let out = match self.op.name {
-            "matmul" if dt == DType::BF16 => self.build_matmul_bf16(&mut g),
+            "matmul" | "batch_matmul" | "dense_bias_relu" if dt == DType::BF16 => {
+                self.build_bf16(&mut g)
+            }
             "matmul" => {
                 let (m, n, k) = (self.v("M"), self.v("N"), self.v("K"));
                 let a = g.placeholder("A", &[m, k], dt);
@@ -557,30 +561,74 @@ impl WorkloadSpec {
         })
     }
 
-    /// A matmul of bf16 inputs into f32: `C[i, j] = Σ_k A[i, k]·B[k, j]` taken two steps of
+    /// A product of bf16 inputs into f32: `C[i, j] = Σ_k A[i, k]·B[k, j]` taken two steps of
     /// `k` at a time, the shape of AVX-512 BF16's `vdpbf16ps` (each f32 lane adds the dot
     /// product of one pair of adjacent bf16). A's pairs are adjacent in its rows already;
-    /// B's two rows of a pair are interleaved into `B_pairs` (`[K/2, N]` words, one pass over
-    /// B), so that a vector of its words is a vector of pairs along `j`.
-    fn build_matmul_bf16(&self, g: &mut Graph) -> Tensor {
+    /// the right operand's two rows of a pair (B's rows `2k` and `2k+1`; for a dense layer,
+    /// columns of W's rows) are interleaved into a stage of `[K/2, N]` words (`B_pairs`,
+    /// `W_pairs`), so that a vector of its words is a vector of pairs along `j`. The batch
+    /// axis of `batch_matmul` leads every tensor; the dense layer adds its bias (f32) and
+    /// takes the ReLU in f32.
+    fn build_bf16(&self, g: &mut Graph) -> Tensor {
         let (m, n, k) = (self.v("M"), self.v("N"), self.v("K"));
-        let a = g.placeholder("A", &[m, k], DType::BF16);
-        let b = g.placeholder("B", &[k, n], DType::BF16);
-        let bp = g.compute("B_pairs", &[k / 2, n], &["k2", "j"], |ax| {
-            let k0 = ax[0].clone() * 2;
-            pack_bf16(
-                b.at([k0.clone(), ax[1].clone()]),
-                b.at([k0 + 1, ax[1].clone()]),
+        let batch = self.op.name == "batch_matmul";
+        let dense = self.op.name == "dense_bias_relu";
+        let lead: Vec<i64> = if batch { vec![self.v("B")] } else { vec![] };
+        let dims = |rest: &[i64]| [lead.as_slice(), rest].concat();
+        let (a, b) = if dense {
+            (
+                g.placeholder("X", &[m, k], DType::BF16),
+                g.placeholder("W", &[n, k], DType::BF16),
             )
+        } else {
+            (
+                g.placeholder("A", &dims(&[m, k]), DType::BF16),
+                g.placeholder("B", &dims(&[k, n]), DType::BF16),
+            )
+        };
+        let bias = dense.then(|| g.placeholder("bias", &[n], DType::F32));
+        // Index lists: the batch index (if any) first.
+        let at = |ax: &[Expr], rest: [Expr; 2]| -> Vec<Expr> {
+            let mut v = if batch { vec![ax[0].clone()] } else { vec![] };
+            v.extend(rest);
+            v
+        };
+        let pairs_name = if dense { "W_pairs" } else { "B_pairs" };
+        let names: &[&str] = if batch {
+            &["b", "k2", "j"]
+        } else {
+            &["k2", "j"]
+        };
+        let bp = g.compute(pairs_name, &dims(&[k / 2, n]), names, |ax| {
+            let (k2, j) = (ax[ax.len() - 2].clone(), ax[ax.len() - 1].clone());
+            let k0 = k2 * 2;
+            let (lo, hi) = if dense {
+                ([j.clone(), k0.clone()], [j, k0 + 1])
+            } else {
+                ([k0.clone(), j.clone()], [k0 + 1, j])
+            };
+            pack_bf16(b.at(at(ax, lo)), b.at(at(ax, hi)))
         });
         let rk = g.reduce_axis(k / 2, "k");
-        g.compute("C", &[m, n], &["i", "j"], |ax| {
+        let names: &[&str] = if batch { &["b", "i", "j"] } else { &["i", "j"] };
+        let name = if dense { "dense" } else { "C" };
+        let c = g.compute(name, &dims(&[m, n]), names, |ax| {
+            let (i, j) = (ax[ax.len() - 2].clone(), ax[ax.len() - 1].clone());
             let k0 = rk.expr() * 2;
             let pa = pack_bf16(
-                a.at([ax[0].clone(), k0.clone()]),
-                a.at([ax[0].clone(), k0 + 1]),
+                a.at(at(ax, [i.clone(), k0.clone()])),
+                a.at(at(ax, [i, k0 + 1])),
             );
-            sum(dot_bf16(pa, bp.at([rk.expr(), ax[1].clone()])), [&rk])
+            sum(dot_bf16(pa, bp.at(at(ax, [rk.expr(), j]))), [&rk])
+        });
+        let Some(bias) = bias else {
+            return c;
+        };
+        let t = g.compute("bias_add", &[m, n], &["i", "j"], |ax| {
+            c.at([ax[0].clone(), ax[1].clone()]) + bias.at([ax[1].clone()])
+        });
+        g.compute("Y", &[m, n], &["i", "j"], |ax| {
+            expr::max(t.at([ax[0].clone(), ax[1].clone()]), Expr::f32(0.0))
         })
     }
 

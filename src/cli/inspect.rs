@@ -60,7 +60,7 @@ pub fn workloads(_args: &WorkloadsArgs, out: &mut dyn Write) -> Result<(), CliEr
     }
     text.push_str(
         "\nspec: NAME:KEY=VALUE,...  e.g. conv2d:N=1,C=64,H=56,W=56,K=64,R=3,S=3,stride=1,pad=1\n\
-         dtype: f32 (default), f64 or i32 (softmax: floats); bf16 inputs for matmul (f32 out)\n",
+         dtype: f32 (default), f64 or i32 (softmax: floats); bf16 inputs for matmul, batch_matmul, dense_bias_relu (f32 out)\n",
     );
     out.write_all(text.as_bytes())
         .map_err(|e| CliError::Internal(e.to_string()))

@@ -49,6 +49,7 @@ fn sketches_of_every_op_are_correct() {
         ("matmul:M=16,N=16,K=16", 4),
         // bf16 pairs: the interleaving stage kept or inlined, the pairs' dot products tiled.
         ("matmul:M=6,N=20,K=14,dtype=bf16", 1),
+        ("dense_bias_relu:M=4,N=18,K=10,dtype=bf16", 1),
     ];
     for (spec, threads) in specs {
         let dag = WorkloadSpec::parse(spec).unwrap().build().unwrap();
