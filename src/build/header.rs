@@ -71,11 +71,16 @@ struct tt_runtime {{
             let dims: Vec<String> = p.shape.iter().map(|d| d.to_string()).collect();
             let _ = writeln!(
                 s,
-                " *   {} {}: {}[{}]",
+                " *   {} {}: {}[{}]{}",
                 if p.output { "output" } else { "input " },
                 p.name,
                 c_type(p.dtype),
-                dims.join("][")
+                dims.join("]["),
+                if p.dtype == DType::BF16 {
+                    " (bf16: each element the upper 16 bits of an f32)"
+                } else {
+                    ""
+                }
             );
         }
         let _ = writeln!(s, " */");
@@ -102,4 +107,41 @@ struct tt_runtime {{
     }
     let _ = write!(s, "#ifdef __cplusplus\n}}\n#endif\n#endif /* {guard} */\n");
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// bf16 parameters are passed as their bits, 16-bit unsigned integers, and say so; the
+    /// other dtypes keep their C types.
+    #[test]
+    fn bf16_parameters_are_16_bit_words() {
+        let p = |name: &str, dtype, output| ParamSpec {
+            name: name.into(),
+            dtype,
+            shape: vec![4, 6],
+            output,
+        };
+        let k = HeaderKernel {
+            symbol: "tt_mm".into(),
+            workload: "matmul:K=6,M=4,N=6,dtype=bf16".into(),
+            source: "a record".into(),
+            params: vec![
+                p("A", DType::BF16, false),
+                p("B", DType::BF16, false),
+                p("C", DType::F32, true),
+            ],
+        };
+        let h = generate("TT_H", "llvm", &[k]);
+        assert!(
+            h.contains("int32_t tt_mm(const uint16_t *A, const uint16_t *B, float *C"),
+            "{h}"
+        );
+        assert!(
+            h.contains("input  A: uint16_t[4][6] (bf16: each element the upper 16 bits"),
+            "{h}"
+        );
+        assert!(h.contains("output C: float[4][6]\n"), "{h}");
+    }
 }
