@@ -1539,3 +1539,44 @@ fn bf16_conversions() {
         }
     }
 }
+
+/// Pairs of adjacent bf16 that a vectorized loop gathers (a dense layer's `W[j, 2k]`,
+/// `W[j, 2k + 1]` along `j`) are gathered as 32-bit words, not as two gathers of halves
+/// (which AVX-512 lacks); the words are the pairs `pack_bf16` makes, in every lane.
+#[test]
+fn bf16_pairs_gathered_as_words() {
+    let (rows, k) = (32, 10);
+    let mut b = Builder::new();
+    let w = b.input("W", DType::BF16, &[rows, k]);
+    let out = b.output("out", DType::I32, &[rows * (k / 2)]);
+    let c = b.var("c");
+    let (jo, ji) = (b.var("jo"), b.var("ji"));
+    let j = add(mul(v(&jo), int(16)), v(&ji));
+    let lo = add(mul(j.clone(), int(k)), mul(v(&c), int(2)));
+    let hi = add(lo.clone(), int(1));
+    let value = ex::pack_bf16(ld(w, DType::BF16, lo), ld(w, DType::BF16, hi));
+    let store = st(out, add(mul(v(&c), int(rows)), j), value);
+    let body = for_(
+        &c,
+        k / 2,
+        ForKind::Serial,
+        for_(
+            &jo,
+            rows / 16,
+            ForKind::Serial,
+            for_(&ji, 16, ForKind::Vectorized, store),
+        ),
+    );
+    let f = b.finish("pairs_gathered", body);
+    assert_eq!(jit_vs_interp(&f, 1, 3), 0.0);
+    let ir = tensortune::codegen::llvm::emit_llvm_ir(
+        &f,
+        &CodegenOptions {
+            optimize: false,
+            ..CodegenOptions::default()
+        },
+    )
+    .expect("ir");
+    assert!(ir.contains("@llvm.masked.gather.v16i32"), "{ir}");
+    assert!(!ir.contains("@llvm.masked.gather.v16i16"), "{ir}");
+}

@@ -36,6 +36,59 @@ fn dot_operand<'e>(a: &'e Expr, b: &'e Expr) -> Option<(&'e Expr, &'e Expr, &'e 
     }
 }
 
+/// `(buf, i)` if `lo` and `hi` load `buf[i]` and `buf[i + 1]` of a bf16 buffer on a
+/// little-endian host: the pair is then the 32-bit word at `buf[i]`.
+fn adjacent_halves<'e>(
+    lo: &'e Expr,
+    hi: &'e Expr,
+) -> Option<(tensortune_schedules::BufId, &'e Expr)> {
+    let (
+        Expr::BufLoad {
+            buf: b0,
+            dtype: DType::BF16,
+            index: i0,
+        },
+        Expr::BufLoad {
+            buf: b1,
+            dtype: DType::BF16,
+            index: i1,
+        },
+    ) = (lo, hi)
+    else {
+        return None;
+    };
+    if b0 != b1 || !cfg!(target_endian = "little") {
+        return None;
+    }
+    // Affine with the same stride in every variable, and one more where all are zero.
+    let mut vars = Vec::new();
+    for e in [i0, i1] {
+        e.visit(&mut |x| {
+            if let Expr::Var(v) = x {
+                vars.push(v.id);
+            }
+        });
+    }
+    let same = vars
+        .iter()
+        .all(|&v| matches!((i0.stride_in(v), i1.stride_in(v)), (Some(p), Some(q)) if p == q));
+    let at_zero = |e: &Expr| affine_at_zero(e);
+    (same && at_zero(i1)? - at_zero(i0)? == 1).then_some((*b0, i0.as_ref()))
+}
+
+/// An affine index expression's value with every variable at 0 (`None` if not affine).
+fn affine_at_zero(e: &Expr) -> Option<i64> {
+    match e {
+        Expr::Const(_) => e.as_int(),
+        Expr::Var(_) => Some(0),
+        Expr::Bin(BinOp::Add, a, b) => affine_at_zero(a)?.checked_add(affine_at_zero(b)?),
+        Expr::Bin(BinOp::Sub, a, b) => affine_at_zero(a)?.checked_sub(affine_at_zero(b)?),
+        Expr::Bin(BinOp::Mul, a, b) => affine_at_zero(a)?.checked_mul(affine_at_zero(b)?),
+        Expr::Cast(d, a) if d.is_int() => affine_at_zero(a),
+        _ => None,
+    }
+}
+
 fn invalid(msg: String) -> CodegenError {
     CodegenError::InvalidIr(msg)
 }
@@ -115,6 +168,11 @@ impl<'ctx> Gen<'ctx, '_> {
                         "operands of `{e}` are not {}",
                         op.operand()
                     )));
+                }
+                if let (PairOp::Pack, Some((buf, i0))) = (op, adjacent_halves(a, b)) {
+                    if let Some(v) = self.pair_gather(buf, i0)? {
+                        return Ok(v);
+                    }
                 }
                 let (x, y) = (self.expr(a)?, self.expr(b)?);
                 match op {

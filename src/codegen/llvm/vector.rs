@@ -327,6 +327,38 @@ impl<'ctx> Gen<'ctx, '_> {
         self.loaded_value(v, dtype)
     }
 
+    /// `buf[i0]` and `buf[i0 + 1]`, two adjacent bf16 that a vectorized loop gathers (`i0`
+    /// moves by other than 0 or 2 a lane), as one gather of the 32-bit words they are in
+    /// memory (the first in the low half on a little-endian host, as `pack_bf16` puts it).
+    /// Gathered as halves (a dense layer's `W[j, 2k]` along `j`), they are two gathers of
+    /// 16-bit elements, which AVX-512 lacks and LLVM splits into a load per lane: the tuned
+    /// dense layer of 128 × 1024 × 1024 ran 2.16 ms so and 1.72 ms with a gather of words.
+    /// `None` elsewhere: scalar and contiguous halves LLVM already combines, and a word
+    /// loaded there instead changed its unrolling and cost a matmul's register tile its
+    /// accumulators (10.7 → 21.7 ms; docs/measurements.md, "bf16 inputs").
+    pub(super) fn pair_gather(&mut self, buf: BufId, i0: &Expr) -> Res<Option<V<'ctx>>> {
+        let Some(ctx) = self.vec else {
+            return Ok(None);
+        };
+        if matches!(stride_of(i0, ctx.var), Some(0) | Some(2)) {
+            return Ok(None);
+        }
+        let i32t = self.cx.i32_type();
+        let vty = i32t.vec_type(ctx.lanes);
+        let ptrs = self.lane_ptrs(buf, i0)?;
+        let m = match ctx.mask {
+            Some(m) => m,
+            None => self.all_true(ctx.lanes)?,
+        };
+        // Two-byte aligned: a pair starts at any bf16.
+        let align = i32t.const_int(2, false);
+        Ok(Some(self.intrinsic(
+            "llvm.masked.gather",
+            &[vty.into(), ptrs.get_type().into()],
+            &[ptrs.into(), align.into(), m.into(), vty.const_zero().into()],
+        )?))
+    }
+
     /// True if an unmasked contiguous access of `lanes` elements of `buf` should be one masked
     /// access of `W = lanes.next_power_of_two()` lanes instead of an exact one: `lanes` is not
     /// a power of two, the host has AVX-512 masks, the elements are 4 or 8
