@@ -96,6 +96,11 @@ fn sketch_structures() {
     let mm: Vec<&str> = mm.iter().map(|s| s.name.as_str()).collect();
     assert_eq!(mm, ["C:tile", "C:tile+pack"]);
 
+    // bf16 pairs: the interleaving stage inlined into the product, or a stage of its own.
+    let (_, bf) = names("matmul:M=64,N=64,K=64,dtype=bf16");
+    let bf: Vec<&str> = bf.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(bf, ["B_pairs:inline,C:tile", "B_pairs:root,C:tile"]);
+
     // dense reads W[j, k]: its packed copy is stored with j (the tile's vector axis) last and
     // the copy's innermost loop runs along j, vectorized.
     let (dag, sk) = names("dense_bias_relu:M=64,N=64,K=48");

@@ -732,7 +732,7 @@ impl<'ctx> Gen<'ctx, '_> {
         Ok(y)
     }
 
-    /// `x` (i32 or a vector of them) with the same lanes of type `d`.
+    /// The type `d` where `x` is a scalar, a vector of `d` with `x`'s lanes where it is one.
     fn same_lanes(&self, x: V<'ctx>, d: BasicTypeEnum<'ctx>) -> Res<BasicTypeEnum<'ctx>> {
         Ok(match x {
             V::VectorValue(v) => d.vec_type_of(v.get_type().get_size())?.into(),
