@@ -331,11 +331,10 @@ impl<'ctx> Gen<'ctx, '_> {
     /// moves by other than 0 or 2 a lane), as one gather of the 32-bit words they are in
     /// memory (the first in the low half on a little-endian host, as `pack_bf16` puts it).
     /// Gathered as halves (a dense layer's `W[j, 2k]` along `j`), they are two gathers of
-    /// 16-bit elements, which AVX-512 lacks and LLVM splits into a load per lane: the tuned
-    /// dense layer of 128 × 1024 × 1024 ran 2.16 ms so and 1.72 ms with a gather of words.
+    /// 16-bit elements, which AVX-512 lacks and LLVM splits into a load per lane.
     /// `None` elsewhere: scalar and contiguous halves LLVM already combines, and a word
     /// loaded there instead changed its unrolling and cost a matmul's register tile its
-    /// accumulators (10.7 → 21.7 ms; docs/measurements.md, "bf16 inputs").
+    /// accumulators (docs/measurements.md, "bf16 inputs with f32 accumulation").
     pub(super) fn pair_gather(&mut self, buf: BufId, i0: &Expr) -> Res<Option<V<'ctx>>> {
         let Some(ctx) = self.vec else {
             return Ok(None);
