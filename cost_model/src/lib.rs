@@ -39,7 +39,7 @@ pub mod metrics;
 pub mod model;
 
 pub use error::ModelError;
-pub use features::{CoreModel, ProgramFeatures, FEATURE_NAMES, N_FEATURES};
+pub use features::{CoreModel, ProgramFeatures, FEATURE_NAMES, N_FEATURES, N_PROGRAM_FEATURES};
 pub use model::analytic::AnalyticModel;
 pub use model::gbdt::{GbdtModel, GbdtOptions, Objective};
 pub use model::random::RandomModel;

@@ -407,3 +407,88 @@ fn parallel_and_cache_write_show_up() {
     assert_eq!(f.get(2, "writes_output"), Some(1.0));
     assert_eq!(per_buffer(&f, update, "is_temp").iter().sum::<f32>(), 1.0);
 }
+
+/// A program's row for the ranking model: its costliest store's row, the sums of its rows
+/// as the counts they stand for, and its row count, worked by hand here.
+#[test]
+fn a_programs_row_is_its_main_store_its_totals_and_its_size() {
+    use tensortune_cost_model::N_PROGRAM_FEATURES;
+    assert_eq!(N_PROGRAM_FEATURES, 2 * N_FEATURES + 1);
+    let cost = FEATURE_NAMES
+        .iter()
+        .position(|n| *n == "row_cycles_per_flop")
+        .expect("the column exists");
+    let outer = FEATURE_NAMES
+        .iter()
+        .position(|n| *n == "outer_prod")
+        .expect("the column exists");
+    // Three stores; the second is the costliest. Column 0 holds counts 3, 0 and 12 as slog.
+    let mut flat = vec![0f32; 3 * N_FEATURES];
+    for (r, (c, n, o)) in [(0.5f32, 3.0, 10.0), (4.0, 0.0, 20.0), (1.0, 12.0, 5.0)]
+        .into_iter()
+        .enumerate()
+    {
+        let row = &mut flat[r * N_FEATURES..(r + 1) * N_FEATURES];
+        row[cost] = c;
+        row[0] = slog(n);
+        row[outer] = o;
+    }
+    let f = ProgramFeatures::from_flat(flat.clone()).expect("finite rows");
+    let p = f.program_row();
+    assert_eq!(p.len(), N_PROGRAM_FEATURES);
+    assert_eq!(
+        &p[..N_FEATURES],
+        &flat[N_FEATURES..2 * N_FEATURES],
+        "the main row"
+    );
+    let close = |a: f32, b: f32| (a - b).abs() <= 1e-4 * b.abs().max(1.0);
+    assert!(
+        close(p[N_FEATURES], slog(15.0)),
+        "3 + 0 + 12 counts: {}",
+        p[N_FEATURES]
+    );
+    // outer_prod values 10, 20, 5 stand for 2^10 - 1, 2^20 - 1 and 2^5 - 1 executions.
+    let total = (1024.0 - 1.0) + (1048576.0 - 1.0) + (32.0 - 1.0);
+    assert!(
+        close(p[N_FEATURES + outer], slog(total)),
+        "{}",
+        p[N_FEATURES + outer]
+    );
+    assert!(
+        close(p[2 * N_FEATURES], slog(3.0)),
+        "three rows: {}",
+        p[2 * N_FEATURES]
+    );
+    // Columns that are 0 in every row stay 0 in the totals.
+    assert_eq!(p[N_FEATURES + 1], 0.0);
+    // A program without stores is all zeros.
+    let empty = ProgramFeatures::from_flat(Vec::new()).expect("no rows");
+    assert!(empty.program_row().iter().all(|&v| v == 0.0));
+    // A matmul's costliest store is its update, not the initialization.
+    let dag = WorkloadSpec::parse("matmul:M=64,N=64,K=64")
+        .expect("spec")
+        .build()
+        .expect("dag");
+    let f = features(&State::new(&dag));
+    let p = f.program_row();
+    assert_eq!(&p[..N_FEATURES], f.row(update_row(&f)).expect("row"));
+    assert!(close(p[2 * N_FEATURES], slog(2.0)));
+}
+
+/// Rows read from a file may hold values far past any real count; the program's row stays
+/// finite (a NaN or an infinity would reach XGBoost as a feature).
+#[test]
+fn a_programs_row_is_finite_for_any_finite_rows() {
+    let mut flat = vec![0f32; 2 * N_FEATURES];
+    flat[0] = f32::MAX;
+    flat[N_FEATURES] = -f32::MAX;
+    flat[1] = 2000.0;
+    flat[N_FEATURES + 1] = 2000.0;
+    let f = ProgramFeatures::from_flat(flat).expect("finite rows");
+    let p = f.program_row();
+    assert!(
+        p.iter().all(|v| v.is_finite()),
+        "{:?}",
+        &p[N_FEATURES..N_FEATURES + 2]
+    );
+}

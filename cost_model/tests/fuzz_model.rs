@@ -173,6 +173,15 @@ fn a_booster_with_a_bad_tree_is_refused_not_loaded() {
         let tree = &mut booster["learner"]["gradient_booster"]["model"]["trees"][0];
         if name == "num_nodes" {
             tree["tree_param"][name] = value;
+        } else if name == "split_indices" {
+            // A split's feature; a leaf's is not read (and the trees here may have leaves
+            // at node 1).
+            assert_ne!(
+                tree["left_children"][0],
+                serde_json::json!(-1),
+                "a split root"
+            );
+            tree[name][0] = value;
         } else {
             tree[name][1] = value;
         }

@@ -67,7 +67,8 @@ fn learns_a_synthetic_ranking() {
     assert!(model.is_trained());
     let acc = accuracy_on_fresh_data(&model, 1);
     assert!(acc >= 0.9, "pack-sum: pairwise accuracy {acc}");
-    // Measured 0.95 (pack-sum) and 0.79 (rank:pairwise, which sees rows, not programs).
+    // Measured 0.95 (pack-sum) and 0.95 (rank:pairwise over one row per program; 0.79 when
+    // it scored each store's row).
     let mut model = GbdtModel::new(GbdtOptions {
         rounds: 50,
         ..options(Objective::RankPairwise)
@@ -75,7 +76,7 @@ fn learns_a_synthetic_ranking() {
     .unwrap();
     model.update(&synthetic(600, 1)).unwrap();
     let acc = accuracy_on_fresh_data(&model, 1);
-    assert!(acc >= 0.7, "rank:pairwise: pairwise accuracy {acc}");
+    assert!(acc >= 0.85, "rank:pairwise: pairwise accuracy {acc}");
     // The random model is near chance on the same data.
     let test = synthetic(300, 99);
     let features: Vec<ProgramFeatures> = test.iter().map(|s| s.features.clone()).collect();
@@ -92,6 +93,63 @@ fn learns_sums_over_stores() {
     model.update(&synthetic_rows(600, 11, 2)).unwrap();
     let acc = accuracy_on_fresh_data(&model, 2);
     assert!(acc >= 0.75, "pack-sum, two rows: pairwise accuracy {acc}");
+}
+
+#[test]
+fn ranks_programs_by_their_totals() {
+    // Programs of one to three stores whose throughput sums a function of each store's
+    // columns: rank:pairwise sees one row per program, its costliest store's and the sums
+    // (measured: 0.87).
+    let mut model = GbdtModel::new(options(Objective::RankPairwise)).unwrap();
+    model.update(&synthetic_rows(600, 11, 3)).unwrap();
+    assert!(model.is_trained());
+    let acc = accuracy_on_fresh_data(&model, 3);
+    assert!(
+        acc >= 0.8,
+        "rank:pairwise, up to three rows: pairwise accuracy {acc}"
+    );
+}
+
+/// Version 1 files held `rank:pairwise` trees over store rows; such a file loads, and its
+/// trees are trained anew from its samples in this version's layout.
+#[test]
+fn a_version_1_ranking_model_is_retrained_on_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("model.json");
+    let samples = synthetic_rows(200, 5, 2);
+    // Trees over store rows: what a version 1 rank:pairwise file carried.
+    let mut rows = GbdtModel::new(options(Objective::PackSumSquaredError)).unwrap();
+    rows.update(&samples).unwrap();
+    rows.save(&path).unwrap();
+    let mut file: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    file["version"] = serde_json::json!(1);
+    file["options"]["objective"] = serde_json::json!("rank-pairwise");
+    std::fs::write(&path, serde_json::to_vec(&file).unwrap()).unwrap();
+    let loaded = GbdtModel::load(&path).unwrap();
+    assert!(loaded.is_trained());
+    assert_eq!(loaded.samples().len(), 200);
+    let mut fresh = GbdtModel::new(options(Objective::RankPairwise)).unwrap();
+    fresh.update(&samples).unwrap();
+    let probe: Vec<ProgramFeatures> = synthetic_rows(50, 6, 2)
+        .into_iter()
+        .map(|s| s.features)
+        .collect();
+    assert_eq!(
+        loaded.predict(&probe).unwrap(),
+        fresh.predict(&probe).unwrap(),
+        "the retrained trees are a fresh fit's"
+    );
+    // The same file as version 2 names trees of the wrong layout: refused, not misread.
+    file["version"] = serde_json::json!(2);
+    std::fs::write(&path, serde_json::to_vec(&file).unwrap()).unwrap();
+    let r = GbdtModel::load(&path);
+    assert!(matches!(r, Err(ModelError::BadModelFile { .. })), "{r:?}");
+    // A version this tool does not know yet is refused.
+    file["version"] = serde_json::json!(3);
+    std::fs::write(&path, serde_json::to_vec(&file).unwrap()).unwrap();
+    let r = GbdtModel::load(&path);
+    assert!(matches!(r, Err(ModelError::BadModelFile { .. })), "{r:?}");
 }
 
 #[test]

@@ -1014,7 +1014,7 @@ fn visit_ref<'e>(e: &'e Expr, f: &mut impl FnMut(&'e Expr)) {
 }
 
 /// `sign(x) * log2(1 + |x|)`: Ansor's transform of every feature.
-fn slog(x: f64) -> f32 {
+pub(super) fn slog(x: f64) -> f32 {
     let y = (1.0 + x.abs()).log2();
     (if x < 0.0 { -y } else { y }) as f32
 }

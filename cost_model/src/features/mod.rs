@@ -24,7 +24,7 @@ mod extract;
 mod index;
 pub mod names;
 
-pub use names::{FEATURE_NAMES, MAX_BUFFERS, N_FEATURES};
+pub use names::{FEATURE_NAMES, MAX_BUFFERS, N_FEATURES, N_PROGRAM_FEATURES};
 
 use serde::{Deserialize, Serialize};
 use tensortune_schedules::ir::LoweredFunc;
@@ -182,9 +182,62 @@ impl ProgramFeatures {
         &self.values
     }
 
+    /// The program as one row of [`N_PROGRAM_FEATURES`] values, what the ranking model
+    /// (`rank:pairwise`) scores: the row of its costliest store (the largest
+    /// `row_cycles_per_flop`, the analytic estimate's share of that store), then the sum of all
+    /// its rows (each column summed as the count it stands for, `2^|v| - 1` with its sign,
+    /// and stored as the rows are, `slog`), then `slog` of its number of rows. All zeros for a
+    /// program without stores.
+    ///
+    /// A model of rows summed per program has to learn from every store what only the
+    /// program's time says; one row per program with its main store and its totals ranked
+    /// programs of held-out shapes better (docs/measurements.md, "One row per program, its
+    /// main store and its totals").
+    pub fn program_row(&self) -> Vec<f32> {
+        let mut out = vec![0.0f32; N_PROGRAM_FEATURES];
+        let n = self.num_rows();
+        if n == 0 {
+            return out;
+        }
+        let cost = names::ROW_CYCLES_PER_FLOP;
+        let main = (0..n)
+            .filter_map(|i| self.row(i))
+            .fold(None::<&[f32]>, |best, r| match best {
+                Some(b) if b[cost] >= r[cost] => Some(b),
+                _ => Some(r),
+            });
+        if let Some(main) = main {
+            out[..N_FEATURES].copy_from_slice(main);
+        }
+        let mut sums = vec![0.0f64; N_FEATURES];
+        for r in (0..n).filter_map(|i| self.row(i)) {
+            for (s, &v) in sums.iter_mut().zip(r) {
+                *s += unslog(v);
+            }
+        }
+        for (o, &s) in out[N_FEATURES..2 * N_FEATURES].iter_mut().zip(&sums) {
+            // Values from a file may stand for more than an f64 holds: keep the row finite.
+            let s = if s.is_nan() {
+                0.0
+            } else {
+                s.clamp(-f64::MAX, f64::MAX)
+            };
+            *o = extract::slog(s);
+        }
+        out[2 * N_FEATURES] = extract::slog(n as f64);
+        out
+    }
+
     /// The value of the feature called `name` in row `i` (for tests and inspection).
     pub fn get(&self, i: usize, name: &str) -> Option<f32> {
         let col = FEATURE_NAMES.iter().position(|n| *n == name)?;
         self.row(i).map(|r| r[col])
     }
+}
+
+/// The inverse of the `slog` every feature is stored as: the count or size a value stands
+/// for.
+fn unslog(v: f32) -> f64 {
+    let v = f64::from(v);
+    v.signum() * (v.abs().exp2() - 1.0)
 }

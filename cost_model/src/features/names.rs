@@ -49,6 +49,11 @@
 /// Number of values in one feature row.
 pub const N_FEATURES: usize = 187;
 
+/// Number of values in a program's row for the ranking model
+/// ([`ProgramFeatures::program_row`](super::ProgramFeatures::program_row)): its main store's
+/// row, the sum of its rows, and its row count.
+pub const N_PROGRAM_FEATURES: usize = 2 * N_FEATURES + 1;
+
 /// Offset of the computation group.
 pub(crate) const COMPUTATION: usize = 0;
 /// Offset of the annotation group (vectorize, unroll, parallel; 11 each).
@@ -73,6 +78,8 @@ pub(crate) const ALLOCATION: usize = 163;
 pub(crate) const OUTER: usize = 168;
 /// Offset of the micro-kernel group.
 pub(crate) const KERNEL: usize = 173;
+/// Column of `row_cycles_per_flop`, the store's estimated cycles over the program's flops.
+pub(crate) const ROW_CYCLES_PER_FLOP: usize = KERNEL + 12;
 /// Column of `program_cycles_per_flop`, the last of the micro-kernel group.
 pub(crate) const PROGRAM_CYCLES_PER_FLOP: usize = KERNEL + 13;
 

@@ -5,20 +5,19 @@
 
 use serde_json::Value;
 
-use crate::features::N_FEATURES;
-
 /// XGBoost's parent of the root node.
 const NO_PARENT: i64 = 2_147_483_647;
 
 /// The most nodes one tree may declare (far above what depth 20 needs).
 const MAX_NODES: usize = 1 << 22;
 
-/// `Ok` when every tree of `json` is a well-formed binary tree over our features.
-pub(crate) fn check_booster(json: &str) -> Result<(), String> {
+/// `Ok` when every tree of `json` is a well-formed binary tree over `columns` features (the
+/// model's row layout: a store's row or a program's).
+pub(crate) fn check_booster(json: &str, columns: usize) -> Result<(), String> {
     let root: Value = serde_json::from_str(json).map_err(|e| format!("booster: {e}"))?;
     let learner = field(&root, "learner")?;
     let param = field(learner, "learner_model_param")?;
-    if count(field(param, "num_feature")?)? != N_FEATURES {
+    if count(field(param, "num_feature")?)? != columns {
         return Err("booster: num_feature is not ours".into());
     }
     let model = field(field(learner, "gradient_booster")?, "model")?;
@@ -39,20 +38,20 @@ pub(crate) fn check_booster(json: &str) -> Result<(), String> {
         }
     }
     for (i, tree) in trees.iter().enumerate() {
-        check_tree(tree).map_err(|e| format!("booster: tree {i}: {e}"))?;
+        check_tree(tree, columns).map_err(|e| format!("booster: tree {i}: {e}"))?;
     }
     Ok(())
 }
 
 /// One tree: every array as long as its node count, children after their parent (so no
 /// cycles), parents that agree with the children, splits on features that exist.
-fn check_tree(tree: &Value) -> Result<(), String> {
+fn check_tree(tree: &Value, columns: usize) -> Result<(), String> {
     let param = field(tree, "tree_param")?;
     let n = count(field(param, "num_nodes")?)?;
     if n == 0 || n > MAX_NODES {
         return Err(format!("{n} nodes"));
     }
-    if count(field(param, "num_feature")?)? != N_FEATURES
+    if count(field(param, "num_feature")?)? != columns
         || count(field(param, "num_deleted")?)? != 0
         || count(field(param, "size_leaf_vector")?)? > 1
     {
@@ -120,7 +119,7 @@ fn check_tree(tree: &Value) -> Result<(), String> {
                         return Err(format!("node {i} has a bad child {child}"));
                     }
                 }
-                if l == r || !usize::try_from(splits[i]).is_ok_and(|f| f < N_FEATURES) {
+                if l == r || !usize::try_from(splits[i]).is_ok_and(|f| f < columns) {
                     return Err(format!("node {i} splits badly"));
                 }
             }

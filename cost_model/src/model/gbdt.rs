@@ -6,25 +6,26 @@
 //! samples and options, so a saved model reloads and continues exactly.
 //!
 //! **Targets.** Throughputs are normalized per workload (the best program of a workload
-//! scores 1, failed programs 0). A program's score is the *sum* of the scores of its rows
-//! (its stores), so a program with an extra slow stage scores differently from one without.
+//! scores 1, failed programs 0).
 //!
 //! **Objectives** ([`Objective`]):
 //! - [`Objective::RankPairwise`] (the default): XGBoost's `rank:pairwise` with one query
-//!   group per workload; each row carries its program's normalized throughput as relevance,
-//!   and pairs are sampled uniformly over the whole list (`lambdarank_pair_method=mean`).
+//!   group per workload over one row per program ([`ProgramFeatures::program_row`]: its
+//!   costliest store's row, the sum of all its rows, its row count), each carrying the
+//!   program's normalized throughput as relevance; pairs are sampled uniformly over the whole
+//!   list (`lambdarank_pair_method=mean`).
 //! - [`Objective::PackSumSquaredError`] (Ansor's loss): squared error between the
 //!   summed row scores and the normalized throughput, each program weighted by its normalized
 //!   throughput so the model is most accurate about the fast programs the search cares about.
 //!   XGBoost has no built-in loss over sums of rows, so it runs as a custom objective: the
 //!   programs are XGBoost *groups* of rows, and the gradient of a row is that of its group.
+//!   A program's score is the *sum* of the scores of its rows (its stores).
 //!
-//! Measured on 560 fully timed records of a tuning run on this machine (matmul 256³ and
-//! conv2d 32→64 channels 28², 80/20 split per workload, three split seeds): held-out pairwise
-//! accuracy 0.807 for `rank:pairwise` against 0.785 for pack-sum (random: 0.51), Spearman
-//! 0.78 against 0.75; pack-sum trains about 4× faster (0.24 s against 0.97 s on those 560).
 //! Pack-sum weighs programs by throughput, so it is most accurate about the fastest few and
-//! less about the order of the rest, which the search's pairwise choices also depend on.
+//! less about the order of the rest, which the search's pairwise choices also depend on. How
+//! the two rank and search: docs/measurements.md ("The cost model's training set, and an
+//! objective that ranks better but searches worse"; "One row per program, its main store and
+//! its totals").
 //!
 //! **Warm-up.** Until the training set holds [`GbdtOptions::warmup_samples`] samples, or when
 //! the samples carry no ranking information (fewer than two programs with rows, or all
@@ -42,7 +43,7 @@ use serde::{Deserialize, Serialize};
 use super::analytic::AnalyticModel;
 use super::{validate, CostModel, Sample};
 use crate::error::ModelError;
-use crate::features::{ProgramFeatures, FEATURE_NAMES, N_FEATURES};
+use crate::features::{ProgramFeatures, FEATURE_NAMES, N_FEATURES, N_PROGRAM_FEATURES};
 
 /// The loss the trees are fitted with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -78,8 +79,10 @@ impl Objective {
 pub struct GbdtOptions {
     /// The loss (default `rank:pairwise`: see the module documentation for the comparison).
     pub objective: Objective,
-    /// Boosting rounds per training (trees in the model). 50: held-out ranking was as good as
-    /// with 100 in half the training time (docs/measurements.md, "Cost model").
+    /// Boosting rounds per training (trees in the model). 100 at `eta` 0.05: with one row per
+    /// program, held-out ranking rose with smaller steps, and 300 rounds ranked as 100 did in
+    /// three times the training time (docs/measurements.md, "One row per program, its main
+    /// store and its totals").
     pub rounds: u32,
     /// Maximum tree depth. 6 (XGBoost's default; Ansor uses 10): a tuning run's training set
     /// is a few hundred programs, and depths 4 to 10 ranked held-out programs alike
@@ -89,7 +92,7 @@ pub struct GbdtOptions {
     /// 256 (see `max_depth` for the measurements; on an AVX2 host earlier, 32, 64 and 256
     /// bins ranked within 0.01 of each other).
     pub max_bin: u32,
-    /// Learning rate (Ansor: 0.2).
+    /// Learning rate (Ansor: 0.2; see `rounds`).
     pub eta: f64,
     /// Minimum loss reduction to split (Ansor: 0.001).
     pub gamma: f64,
@@ -101,7 +104,8 @@ pub struct GbdtOptions {
     pub threads: u32,
     /// Samples needed before the first training (Ansor: 100).
     pub warmup_samples: usize,
-    /// `rank:pairwise` only: pairs sampled per program.
+    /// `rank:pairwise` only: pairs sampled per program (64: a program's row is now one
+    /// sample, where a store's was before).
     pub pairs_per_sample: u32,
 }
 
@@ -109,16 +113,16 @@ impl Default for GbdtOptions {
     fn default() -> GbdtOptions {
         GbdtOptions {
             objective: Objective::RankPairwise,
-            rounds: 50,
+            rounds: 100,
             max_depth: 6,
             max_bin: 32,
-            eta: 0.2,
+            eta: 0.05,
             gamma: 0.001,
             min_child_weight: 0.0,
             seed: 43,
             threads: 0,
             warmup_samples: 100,
-            pairs_per_sample: 8,
+            pairs_per_sample: 64,
         }
     }
 }
@@ -168,7 +172,10 @@ impl std::fmt::Debug for GbdtModel {
 
 /// Magic and version of the model file.
 const FILE_FORMAT: &str = "tensortune-gbdt-model";
-const FILE_VERSION: u32 = 1;
+/// 2: `rank:pairwise` trees score one row per program ([`ProgramFeatures::program_row`]);
+/// version 1's scored each store. A version 1 file still loads: its training set (the same
+/// rows) is kept and its trees are trained anew.
+const FILE_VERSION: u32 = 2;
 
 /// The model file: JSON with the options, the training set and XGBoost's own JSON model.
 #[derive(Serialize, Deserialize)]
@@ -290,7 +297,8 @@ impl GbdtModel {
 
     /// Reads a model written by [`GbdtModel::save`]. A file written for another feature
     /// layout is refused ([`ModelError::BadModelFile`]): its trees would read the wrong
-    /// columns.
+    /// columns. A `rank:pairwise` model of file version 1 (trees over store rows) is
+    /// retrained from its training set.
     pub fn load(path: impl AsRef<Path>) -> Result<GbdtModel, ModelError> {
         let path = path.as_ref();
         // serde and XGBoost quote what they reject as it was: keep the message one line.
@@ -303,7 +311,7 @@ impl GbdtModel {
             message: e.to_string(),
         })?;
         let file: ModelFile = serde_json::from_slice(&text).map_err(|e| bad(e.to_string()))?;
-        if file.format != FILE_FORMAT || file.version != FILE_VERSION {
+        if file.format != FILE_FORMAT || !(1..=FILE_VERSION).contains(&file.version) {
             return Err(bad(format!(
                 "format {} version {}, expected {FILE_FORMAT} version {FILE_VERSION}",
                 file.format, file.version
@@ -322,9 +330,16 @@ impl GbdtModel {
         }
         validate(&file.samples).map_err(|e| bad(e.to_string()))?;
         file.options.check().map_err(|e| bad(e.to_string()))?;
+        let columns = match file.options.objective {
+            Objective::RankPairwise => N_PROGRAM_FEATURES,
+            Objective::PackSumSquaredError => N_FEATURES,
+        };
+        let retrain =
+            file.version < FILE_VERSION && file.options.objective == Objective::RankPairwise;
         let booster = match &file.booster {
+            Some(_) if retrain => None,
             Some(json) => {
-                super::booster_check::check_booster(json).map_err(bad)?;
+                super::booster_check::check_booster(json, columns).map_err(bad)?;
                 let mut b = Booster::load_json(json.as_bytes()).map_err(|e| bad(e.to_string()))?;
                 b.set_param("nthread", &file.options.threads.to_string())?;
                 b.set_param("verbosity", "0")?;
@@ -332,12 +347,18 @@ impl GbdtModel {
             }
             None => None,
         };
-        Ok(GbdtModel {
+        let trained = file.booster.is_some();
+        let mut model = GbdtModel {
             fallback: AnalyticModel::new(file.options.seed),
             options: file.options,
             samples: file.samples,
             booster,
-        })
+        };
+        if retrain && trained {
+            // Trees of the old layout: train this version's from the same samples.
+            model.booster = model.train()?;
+        }
+        Ok(model)
     }
 
     /// Trains on the current training set; `None` when it carries no ranking information.
@@ -420,6 +441,9 @@ impl CostModel for GbdtModel {
         let Some(booster) = &self.booster else {
             return self.fallback.predict(programs);
         };
+        if self.options.objective == Objective::RankPairwise {
+            return predict_programs(booster, programs);
+        }
         let rows: usize = programs.iter().map(|p| p.num_rows()).sum();
         if rows == 0 {
             return Ok(vec![0.0; programs.len()]);
@@ -447,9 +471,35 @@ impl CostModel for GbdtModel {
     }
 }
 
+/// `rank:pairwise`'s scores: the trees' score of each program's row
+/// ([`ProgramFeatures::program_row`]).
+fn predict_programs(
+    booster: &Booster,
+    programs: &[ProgramFeatures],
+) -> Result<Vec<f64>, ModelError> {
+    if programs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut flat = Vec::with_capacity(programs.len() * N_PROGRAM_FEATURES);
+    for p in programs {
+        flat.extend_from_slice(&p.program_row());
+    }
+    let dmat = DMatrix::from_dense(&flat, programs.len())?;
+    let scores = booster.predict(&dmat)?;
+    if scores.len() != programs.len() {
+        return Err(ModelError::Xgboost(format!(
+            "predicted {} values for {} programs",
+            scores.len(),
+            programs.len()
+        )));
+    }
+    Ok(scores.into_iter().map(f64::from).collect())
+}
+
 /// The training set laid out for XGBoost.
 struct TrainingData {
-    /// Row-major features of every row.
+    /// Row-major features of every row (pack-sum: the stores' rows; pairwise: one row per
+    /// program).
     rows: Vec<f32>,
     /// Per row: the normalized throughput of its program.
     labels: Vec<f32>,
@@ -479,6 +529,9 @@ impl TrainingData {
             // Query groups must be contiguous: order by workload, stable within one.
             order.sort_by(|&a, &b| samples[a].workload.cmp(&samples[b].workload));
         }
+        if objective == Objective::RankPairwise {
+            return Some(TrainingData::programs(samples, &targets, &order));
+        }
         let rows_total: usize = order.iter().map(|&i| samples[i].features.num_rows()).sum();
         let mut data = TrainingData {
             rows: Vec::with_capacity(rows_total * N_FEATURES),
@@ -487,7 +540,6 @@ impl TrainingData {
             weights: None,
         };
         let mut weights = Vec::new();
-        let mut prev_workload: Option<&str> = None;
         for &i in &order {
             let s = &samples[i];
             let n = s.features.num_rows();
@@ -499,22 +551,35 @@ impl TrainingData {
                     data.groups.push(n as u32);
                     weights.push(targets[i] as f32);
                 }
-                Objective::RankPairwise => {
-                    if prev_workload == Some(s.workload.as_str()) {
-                        if let Some(last) = data.groups.last_mut() {
-                            *last += n as u32;
-                        }
-                    } else {
-                        data.groups.push(n as u32);
-                    }
-                    prev_workload = Some(s.workload.as_str());
-                }
+                Objective::RankPairwise => {}
             }
         }
-        if objective == Objective::PackSumSquaredError {
-            data.weights = Some(weights);
-        }
+        data.weights = Some(weights);
         Some(data)
+    }
+
+    /// `rank:pairwise`'s training set: one row per program ([`ProgramFeatures::program_row`]),
+    /// labelled with its normalized throughput, one query group per workload (`order` is
+    /// sorted by workload).
+    fn programs(samples: &[Sample], targets: &[f64], order: &[usize]) -> TrainingData {
+        let mut data = TrainingData {
+            rows: Vec::with_capacity(order.len() * N_PROGRAM_FEATURES),
+            labels: Vec::with_capacity(order.len()),
+            groups: Vec::new(),
+            weights: None,
+        };
+        let mut prev_workload: Option<&str> = None;
+        for &i in order {
+            let s = &samples[i];
+            data.rows.extend_from_slice(&s.features.program_row());
+            data.labels.push(targets[i] as f32);
+            match data.groups.last_mut() {
+                Some(last) if prev_workload == Some(s.workload.as_str()) => *last += 1,
+                _ => data.groups.push(1),
+            }
+            prev_workload = Some(s.workload.as_str());
+        }
+        data
     }
 }
 
