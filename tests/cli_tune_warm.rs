@@ -17,6 +17,17 @@ fn temp_dir(name: &str) -> std::path::PathBuf {
     dir
 }
 
+/// Runs `cmd`, which must succeed (its stderr in the failure message).
+fn succeeds(cmd: &mut Command) -> std::process::Output {
+    let out = cmd.output().expect("runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 /// `tune --json` of one workload with a small budget; the JSON object it printed.
 fn tune(db: &Path, workload: &str, trials: &str, extra: &[&str]) -> serde_json::Value {
     let out = bin()
@@ -63,17 +74,12 @@ fn a_new_shape_starts_from_the_other_workloads_records_unless_told_otherwise() {
 
     // A model file trained on the database starts the run instead, whatever the database holds.
     let model = dir.join("m.json");
-    let out = bin()
-        .args(["model", "train", "--db"])
-        .arg(&db)
-        .arg("--out")
-        .arg(&model)
-        .output()
-        .expect("runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    succeeds(
+        bin()
+            .args(["model", "train", "--db"])
+            .arg(&db)
+            .arg("--out")
+            .arg(&model),
     );
     let from_file = tune(
         &db,
@@ -83,6 +89,32 @@ fn a_new_shape_starts_from_the_other_workloads_records_unless_told_otherwise() {
     );
     assert_eq!(from_file["warm_start"]["source"], "file", "{from_file}");
     assert_eq!(from_file["warm_start"]["samples"], 64, "{from_file}");
+
+    // `model eval` trains with the step and the pairs it is given (the options it used are
+    // in its JSON), held out over the workloads the database now holds.
+    let out = succeeds(
+        bin()
+            .args([
+                "model",
+                "eval",
+                "--held-out",
+                "--min-records",
+                "8",
+                "--json",
+            ])
+            .args(["--eta", "0.3", "--pairs-per-program", "4", "--rounds", "20"])
+            .arg("--db")
+            .arg(&db),
+    );
+    let eval: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(eval["gbdt_options"]["eta"], 0.3, "{eval}");
+    assert_eq!(eval["gbdt_options"]["pairs_per_sample"], 4, "{eval}");
+    assert_eq!(eval["gbdt_options"]["rounds"], 20, "{eval}");
+    let mean = &eval["eval"]["mean"]["gbdt-rank-pairwise"]["pairwise_accuracy"];
+    assert!(
+        mean.as_f64().is_some_and(|a| (0.0..=1.0).contains(&a)),
+        "{eval}"
+    );
 
     // Records of another target (here: two threads) are not trained on: a model of one
     // machine's timings must not rank another's.

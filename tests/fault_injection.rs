@@ -867,6 +867,18 @@ fn probe_regressions_are_one_line_usage_errors() {
         .output()
         .expect("eval");
     assert_usage_error(&out, "--rounds");
+    for (flag, value) in [
+        ("--eta", "0"),
+        ("--eta", "NaN"),
+        ("--pairs-per-program", "0"),
+    ] {
+        let out = bin()
+            .args(["model", "eval", flag, value, "--db"])
+            .arg(&base)
+            .output()
+            .expect("eval");
+        assert_usage_error(&out, flag);
+    }
     let out = bin()
         .args([
             "best",

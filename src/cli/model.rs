@@ -83,6 +83,12 @@ pub struct EvalArgs {
     /// Minimum hessian in a child (larger: smaller trees).
     #[arg(long)]
     pub min_child_weight: Option<f64>,
+    /// Learning rate: the step each round's tree takes.
+    #[arg(long)]
+    pub eta: Option<f64>,
+    /// `rank-pairwise` only: pairs sampled per program in each round.
+    #[arg(long)]
+    pub pairs_per_program: Option<u32>,
     /// Print one JSON object instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -220,6 +226,14 @@ pub fn eval(args: &EvalArgs, out: &mut dyn Write) -> Result<(), CliError> {
         super::check_real("--min-child-weight", w, 0.0, 1e6)?;
         gbdt.min_child_weight = w;
     }
+    if let Some(e) = args.eta {
+        super::check_real("--eta", e, 1e-6, 1.0)?;
+        gbdt.eta = e;
+    }
+    if let Some(n) = args.pairs_per_program {
+        super::check_count("--pairs-per-program", n as usize, 1, 4096)?;
+        gbdt.pairs_per_sample = n;
+    }
     let opts = EvalOptions {
         split: if args.held_out {
             Split::HeldOut
@@ -245,6 +259,7 @@ pub fn eval(args: &EvalArgs, out: &mut dyn Write) -> Result<(), CliError> {
             "skipped_records": loaded.skipped.len(),
             "not_library_ops": loaded.not_library_ops,
             "eval_s": eval_s,
+            "gbdt_options": opts.gbdt,
             "eval": report,
         });
         writeln!(out, "{json}").map_err(io)?;
