@@ -528,10 +528,9 @@ impl TrainingData {
         if objective == Objective::RankPairwise {
             // Query groups must be contiguous: order by workload, stable within one.
             order.sort_by(|&a, &b| samples[a].workload.cmp(&samples[b].workload));
-        }
-        if objective == Objective::RankPairwise {
             return Some(TrainingData::programs(samples, &targets, &order));
         }
+        // Pack-sum: every store's row, one group (and weight) per program.
         let rows_total: usize = order.iter().map(|&i| samples[i].features.num_rows()).sum();
         let mut data = TrainingData {
             rows: Vec::with_capacity(rows_total * N_FEATURES),
@@ -546,13 +545,8 @@ impl TrainingData {
             data.rows.extend_from_slice(s.features.as_flat());
             data.labels
                 .extend(std::iter::repeat_n(targets[i] as f32, n));
-            match objective {
-                Objective::PackSumSquaredError => {
-                    data.groups.push(n as u32);
-                    weights.push(targets[i] as f32);
-                }
-                Objective::RankPairwise => {}
-            }
+            data.groups.push(n as u32);
+            weights.push(targets[i] as f32);
         }
         data.weights = Some(weights);
         Some(data)
