@@ -59,6 +59,17 @@ impl Builder {
         self.vars += 1;
         Var::new(self.vars - 1, name)
     }
+    /// [`Builder::finish`] without consuming the builder (several bodies over one set of
+    /// buffers and variables).
+    fn clone_finish(&self, name: &str, body: Stmt) -> LoweredFunc {
+        LoweredFunc {
+            name: name.into(),
+            buffers: self.buffers.clone(),
+            params: self.params.clone(),
+            body,
+            num_vars: self.vars,
+        }
+    }
     fn finish(self, name: &str, body: Stmt) -> LoweredFunc {
         LoweredFunc {
             name: name.into(),
@@ -398,6 +409,79 @@ fn select_with_out_of_bounds_branch() {
     }
 }
 
+/// Index comparisons against the vectorized variable (an inlined padding's bounds), which
+/// the code generator turns into one compare of 32-bit lane numbers against a clamped scalar:
+/// every comparison, either side, the variable with stride 1 or -1, bounds far outside the
+/// lanes and differences past the 64-bit range agree with the interpreter, lane by lane.
+#[test]
+fn lane_bound_comparisons_match() {
+    use tensortune_schedules::expr::CmpOp;
+    let ops = [
+        CmpOp::Lt,
+        CmpOp::Le,
+        CmpOp::Gt,
+        CmpOp::Ge,
+        CmpOp::Eq,
+        CmpOp::Ne,
+    ];
+    // (offset added to the lane side, scale of the outer variable on the other side).
+    let shifts = [
+        (0, 1),
+        (-3, 1),
+        (5, -2),
+        (1 << 40, 1),
+        (-(1 << 40), 3),
+        (i64::MAX - 200, 1),
+        (i64::MIN + 200, -1),
+    ];
+    for w in [5, 16, 37, 56] {
+        for (op, &(off, k)) in ops.iter().flat_map(|o| shifts.iter().map(move |s| (o, s))) {
+            let mut b = Builder::new();
+            let a = b.input("A", DType::F32, &[4 * w]);
+            let c = b.output("C", DType::F32, &[4 * w]);
+            let (s, j) = (b.var("s"), b.var("j"));
+            let at = add(mul(v(&s), int(w)), v(&j));
+            let other = add(mul(v(&s), int(k)), int(w / 2));
+            // Stride 1 on the left, on the right, and stride -1 (`off - j`).
+            let conds = [
+                Expr::cmp(*op, add(v(&j), int(off)), other.clone()),
+                Expr::cmp(*op, other.clone(), add(v(&j), int(off))),
+                Expr::cmp(
+                    *op,
+                    Expr::bin(BinOp::Sub, int(off.saturating_sub(64)), v(&j)),
+                    other,
+                ),
+            ];
+            for (n, cond) in conds.into_iter().enumerate() {
+                let value = ex::select(cond, ld(a, DType::F32, at.clone()), Expr::f32(-1.0));
+                let body = for_(&j, w, ForKind::Vectorized, st(c, at.clone(), value));
+                let f = b.clone_finish("lanecmp", for_(&s, 4, ForKind::Serial, body));
+                assert_eq!(
+                    jit_vs_interp(&f, 1, 5),
+                    0.0,
+                    "w={w} {op:?} off={off} k={k} form {n}\n{f}"
+                );
+            }
+        }
+    }
+    // The fast form leaves no 64-bit lane comparison in the IR.
+    let mut b = Builder::new();
+    let a = b.input("A", DType::F32, &[64]);
+    let c = b.output("C", DType::F32, &[64]);
+    let (s, j) = (b.var("s"), b.var("j"));
+    let at = add(mul(v(&s), int(16)), v(&j));
+    let cond = add(v(&j), v(&s))
+        .ge(int(1))
+        .and(add(v(&j), v(&s)).lt(int(17)));
+    let value = ex::select(cond, ld(a, DType::F32, at.clone()), Expr::f32(0.0));
+    let body = for_(&j, 16, ForKind::Vectorized, st(c, at, value));
+    let f = b.finish("lanecmp", for_(&s, 4, ForKind::Serial, body));
+    let ir = raw_ir(&f);
+    assert!(ir.contains("icmp sge <16 x i32>"), "{ir}");
+    assert!(!ir.contains("x i64> %"), "a 64-bit lane operation: {ir}");
+    assert_eq!(jit_vs_interp(&f, 1, 6), 0.0);
+}
+
 #[test]
 fn shape_and_dtype_mismatch_are_errors() {
     let k = Kernel::compile(&axpy(20, ForKind::Vectorized)).expect("compile");
@@ -618,18 +702,20 @@ fn wide_non_power_of_two_lanes_run_in_register_chunks() {
     }
     let host = tensortune::codegen::HostTarget::host();
     let register = (host.vector_bits / 32) as usize;
-    let ir = tensortune::codegen::llvm::emit_llvm_ir(
-        &rows_op(4, 48, DType::F32, Scope::Local),
-        &CodegenOptions {
-            optimize: false,
-            ..CodegenOptions::default()
-        },
-    )
-    .expect("ir");
+    let ir = raw_ir(&rows_op(4, 48, DType::F32, Scope::Local));
     assert!(!ir.contains("<48 x"), "{ir}");
     if 48 % register == 0 {
         assert!(ir.contains(&format!("<{register} x float>")), "{ir}");
     }
+}
+
+/// The unoptimized LLVM IR of `f` with the default options.
+fn raw_ir(f: &LoweredFunc) -> String {
+    let raw = CodegenOptions {
+        optimize: false,
+        ..CodegenOptions::default()
+    };
+    tensortune::codegen::llvm::emit_llvm_ir(f, &raw).expect("ir")
 }
 
 /// The unoptimized LLVM IR of `f`, or `None` (the test skips) on a host without AVX-512 masks.
@@ -1569,14 +1655,7 @@ fn bf16_pairs_gathered_as_words() {
     );
     let f = b.finish("pairs_gathered", body);
     assert_eq!(jit_vs_interp(&f, 1, 3), 0.0);
-    let ir = tensortune::codegen::llvm::emit_llvm_ir(
-        &f,
-        &CodegenOptions {
-            optimize: false,
-            ..CodegenOptions::default()
-        },
-    )
-    .expect("ir");
+    let ir = raw_ir(&f);
     assert!(ir.contains("@llvm.masked.gather.v16i32"), "{ir}");
     assert!(!ir.contains("@llvm.masked.gather.v16i16"), "{ir}");
 }

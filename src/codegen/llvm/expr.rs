@@ -8,6 +8,7 @@
 //! chosen branch, since the other one's index may be out of bounds.
 
 use super::gen::{Gen, Res};
+use super::vector::stride_of;
 use crate::codegen::CodegenError;
 use inkwell::intrinsics::Intrinsic;
 use inkwell::types::{BasicType, BasicTypeEnum, VectorType};
@@ -122,6 +123,9 @@ impl<'ctx> Gen<'ctx, '_> {
                 let d = a.dtype();
                 if b.dtype() != d {
                     return Err(invalid(format!("operands of `{e}` have different dtypes")));
+                }
+                if let Some(m) = self.lane_cmp(*op, d, a, b)? {
+                    return Ok(m);
                 }
                 let (x, y) = (self.expr(a)?, self.expr(b)?);
                 let (x, y) = self.unify(x, y)?;
@@ -435,6 +439,69 @@ impl<'ctx> Gen<'ctx, '_> {
             }
             _ => return Err(invalid("float comparison of mismatched values".into())),
         })
+    }
+
+    /// In a vectorized loop of more 64-bit lanes than a register holds, an index comparison
+    /// whose sides differ by one per lane (`x + rx >= 1`, an inlined zero padding's bound)
+    /// as the lane numbers against one scalar: `a0 + l OP b0` is `l OP b0 - a0`. Computed as
+    /// written it is an add and a compare of 64-bit lanes, eight a 512-bit register, for
+    /// every vector of the body (a tap loop left rolled around a 56-lane row: 7 adds and 7
+    /// compares for 4 loads); so it is one compare of 32-bit lane numbers, sixteen a
+    /// register, against the scalar clamped to `-1..=lanes` (which decides every lane
+    /// `0..lanes` as the scalar does, and fits 32 bits). The scalar difference saturates,
+    /// so the comparison agrees with the direct one for every value the sides can take
+    /// without overflowing. Within one register the direct form stays: LLVM hoists its
+    /// compares into mask registers, where the scalar clamps and broadcasts took vector
+    /// registers a rolled 8-lane tile needed (measured: docs/measurements.md, "Padding
+    /// bounds as lane numbers"). `None` where the form does not apply.
+    fn lane_cmp(&mut self, op: CmpOp, d: DType, a: &Expr, b: &Expr) -> Res<Option<V<'ctx>>> {
+        let Some(ctx) = self.vec else {
+            return Ok(None);
+        };
+        let register_bytes = self.opts.vector_bits.unwrap_or(self.host.vector_bits) / 8;
+        if d != DType::I64 || has_load(a) || has_load(b) || ctx.lanes * 8 <= register_bytes {
+            return Ok(None);
+        }
+        let (Some(sa), Some(sb)) = (stride_of(a, ctx.var), stride_of(b, ctx.var)) else {
+            return Ok(None);
+        };
+        // a(l) = a0 + sa·l and b(l) = b0 + sb·l, so `a OP b` is `(sa - sb)·l OP b0 - a0`.
+        let (op, lhs, rhs) = match sa.checked_sub(sb) {
+            Some(1) => (op, b, a),
+            // `-l OP b0 - a0` is `l OP' a0 - b0`, OP' the mirrored comparison.
+            Some(-1) => {
+                let mirrored = match op {
+                    CmpOp::Lt => CmpOp::Gt,
+                    CmpOp::Le => CmpOp::Ge,
+                    CmpOp::Gt => CmpOp::Lt,
+                    CmpOp::Ge => CmpOp::Le,
+                    o => o,
+                };
+                (mirrored, a, b)
+            }
+            _ => return Ok(None),
+        };
+        let (x0, y0) = (self.at_lane0(lhs)?, self.at_lane0(rhs)?);
+        let i64t = self.cx.i64_type();
+        let t = self
+            .intrinsic("llvm.ssub.sat", &[i64t.into()], &[x0.into(), y0.into()])?
+            .into_int_value();
+        let lo = i64t.const_int((-1i64) as u64, true);
+        let hi = i64t.const_int(u64::from(ctx.lanes), false);
+        let t = self
+            .intrinsic("llvm.smax", &[i64t.into()], &[t.into(), lo.into()])?
+            .into_int_value();
+        let t = self
+            .intrinsic("llvm.smin", &[i64t.into()], &[t.into(), hi.into()])?
+            .into_int_value();
+        let i32t = self.cx.i32_type();
+        let t = self.b.build_int_truncate(t, i32t, "lanebound")?;
+        let t = self.broadcast(t.into(), ctx.lanes)?;
+        let ramp: Vec<_> = (0..u64::from(ctx.lanes))
+            .map(|l| i32t.const_int(l, false))
+            .collect();
+        let ramp = inkwell::types::VectorType::const_vector(&ramp);
+        self.cmp(op, d, ramp.into(), t.into()).map(Some)
     }
 
     fn cmp(&mut self, op: CmpOp, d: DType, x: V<'ctx>, y: V<'ctx>) -> Res<V<'ctx>> {
