@@ -658,13 +658,25 @@ impl<'a> Tuner<'a> {
             model: self.model.as_ref(),
             core: CoreModel::for_target(&self.target),
         };
-        // A model that has learnt nothing yet ranks with an untrained estimate at best
-        // (`AnalyticModel`): evolving a population by its scores would only cost time, so
-        // the batch comes from a random sample of 4n programs (so that repeats and measured
-        // ones still leave n), half the best it ranks, half drawn at random.
+        // A model that has learnt nothing yet ranks with an untrained estimate at best.
+        // Half the batch is drawn at random (the first round trains the model, which learns
+        // more from programs of every kind). The other half: where the scores are an
+        // estimate (`AnalyticModel`, or a GBDT model before its warm-up), the best of a
+        // population evolved by it as in an informed round, which reached better programs
+        // than ranking a random sample (on depthwise conv2d the estimate's best are few and
+        // far apart among random draws; docs/measurements.md, "The first round evolved by
+        // the estimate"); where they are random, the first of a random sample of 4n
+        // programs (so that repeats and measured ones still leave n), since evolving by
+        // random scores would only cost time.
         let uninformed;
         let search_opts = if self.model.is_informed() {
             &self.opts
+        } else if self.model.has_prior() {
+            uninformed = TuneOptions {
+                eps_greedy: UNINFORMED_RANDOM_SHARE,
+                ..self.opts.clone()
+            };
+            &uninformed
         } else {
             uninformed = TuneOptions {
                 population: (4 * n).min(self.opts.population.max(n)),

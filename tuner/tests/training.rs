@@ -1,6 +1,7 @@
 //! What the tuning loop gives its cost model: cut-short programs are trained on like the
 //! others, the budget's last batch is not (no search follows it), and while the model has
-//! learnt nothing a round is a plain random sample, not a population ranked by noise.
+//! learnt nothing a round evolves a population only by scores that are an estimate (the
+//! analytic one an untrained GBDT model falls back to), never by a random model's noise.
 
 // These need the cost model and the tuning loop: the `model` feature (on by default).
 #![cfg(feature = "model")]
@@ -48,9 +49,10 @@ impl Measurer for Cutting {
 }
 
 /// A GBDT model that logs how many samples each update brings and how many programs each
-/// prediction scores.
+/// prediction scores; `prior: false` hides that its untrained scores are an estimate.
 struct Logged {
     inner: GbdtModel,
+    prior: bool,
     updates: Arc<Mutex<Vec<usize>>>,
     predictions: Arc<Mutex<Vec<usize>>>,
 }
@@ -67,10 +69,14 @@ impl CostModel for Logged {
     fn is_informed(&self) -> bool {
         self.inner.is_informed()
     }
+    fn has_prior(&self) -> bool {
+        self.prior && self.inner.has_prior()
+    }
 }
 
-#[test]
-fn cut_short_programs_train_the_model_and_an_untrained_one_ranks_nothing() {
+/// Tunes a matmul on the simulated measurer with a logged GBDT model; returns the samples
+/// of each update, the programs scored by each prediction, and the tuner's trained count.
+fn logged_run(prior: bool) -> (Vec<usize>, Vec<usize>, usize) {
     let w = WorkloadSpec::parse("matmul:M=256,N=128,K=192").unwrap();
     let task = TaskInput {
         key: w.canonical(),
@@ -102,6 +108,7 @@ fn cut_short_programs_train_the_model_and_an_untrained_one_ranks_nothing() {
             ..GbdtOptions::default()
         })
         .unwrap(),
+        prior,
         updates: updates.clone(),
         predictions: predictions.clone(),
     };
@@ -113,23 +120,39 @@ fn cut_short_programs_train_the_model_and_an_untrained_one_ranks_nothing() {
         report.cut_short > 0,
         "the cutoff must cut some programs short"
     );
-
-    // Every batch but the last is trained on, cut-short programs included.
     let updates = updates.lock().unwrap().clone();
-    assert_eq!(updates, vec![16, 16, 16], "samples per update");
-    assert_eq!(tuner.trained_on(), 48);
-
-    // Rounds 1 and 2 come before the warm-up (32 samples): one scoring each, of a random
-    // sample of 4 x 16 programs. From round 3 the trained model ranks whole populations (128)
-    // over generations.
     let predictions = predictions.lock().unwrap().clone();
-    assert!(predictions.len() > 3, "{predictions:?}");
+    (updates, predictions, tuner.trained_on())
+}
+
+#[test]
+fn cut_short_programs_train_the_model_and_an_untrained_one_evolves_only_by_an_estimate() {
+    let (with_prior, without) = (logged_run(true), logged_run(false));
+    for (updates, predictions, trained) in [&with_prior, &without] {
+        // Every batch but the last is trained on, cut-short programs included.
+        assert_eq!(updates, &vec![16, 16, 16], "samples per update");
+        assert_eq!(*trained, 48);
+        assert!(predictions.len() > 3, "{predictions:?}");
+    }
+    // Without an estimate, rounds 1 and 2 (before the warm-up of 32 samples) are one scoring
+    // each of a random sample of 4 x 16 programs; from round 3 the trained model ranks whole
+    // populations (128) over generations.
+    let p = &without.1;
     assert!(
-        predictions[..2].iter().all(|&n| n <= 64),
-        "untrained rounds score only their batch: {predictions:?}"
+        p[..2].iter().all(|&n| n <= 64),
+        "untrained rounds without an estimate score only their batch: {p:?}"
     );
     assert!(
-        predictions[2..].iter().any(|&n| n > 64),
-        "trained rounds score a population: {predictions:?}"
+        p[2..].iter().any(|&n| n > 64),
+        "trained rounds score a population: {p:?}"
+    );
+    // With one (an untrained GBDT model scores with the analytic estimate), round 1 already
+    // evolves a population: its first scoring is the whole population, and the untrained
+    // rounds score once a generation instead of once.
+    let q = &with_prior.1;
+    assert!(q[0] > 64, "the first round scores a population: {q:?}");
+    assert!(
+        q.len() > p.len(),
+        "untrained rounds evolve over generations: {q:?} against {p:?}"
     );
 }

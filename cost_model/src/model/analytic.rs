@@ -45,9 +45,13 @@ impl CostModel for AnalyticModel {
         validate(samples)
     }
 
-    /// Never informed: the search still draws a wide random sample to rank with it.
+    /// Never informed (it learns nothing), but an estimate: see [`CostModel::has_prior`].
     fn is_informed(&self) -> bool {
         false
+    }
+
+    fn has_prior(&self) -> bool {
+        true
     }
 
     fn predict(&self, programs: &[ProgramFeatures]) -> Result<Vec<f64>, ModelError> {
@@ -107,7 +111,11 @@ mod tests {
         let s = m.predict(&programs).unwrap();
         // Naive < one accumulator chain < an 8x16 tile; no stores at all last.
         assert!(s[1] > s[2] && s[2] > s[0] && s[0] > s[3], "{s:?}");
-        assert!(!m.is_informed());
+        // It learns nothing, but its ranking is worth a search's generations; a random
+        // model's is not.
+        assert!(!m.is_informed() && m.has_prior());
+        let random = crate::RandomModel::new(3);
+        assert!(!random.is_informed() && !random.has_prior());
         // The same seed, the same scores.
         assert_eq!(AnalyticModel::new(3).predict(&programs).unwrap(), s);
     }

@@ -430,9 +430,14 @@ impl CostModel for GbdtModel {
         Ok(())
     }
 
-    /// Informed once trained (before, its scores are the warm-up random model's).
+    /// Informed once trained (before, its scores are the analytic estimate's).
     fn is_informed(&self) -> bool {
         self.is_trained()
+    }
+
+    /// Always: untrained, it scores with the analytic estimate.
+    fn has_prior(&self) -> bool {
+        true
     }
 
     /// Sums the trees' scores of each program's rows (0.0 for a program without stores);

@@ -51,6 +51,14 @@ pub trait CostModel: Send {
     fn is_informed(&self) -> bool {
         true
     }
+
+    /// Whether the scores rank programs better than chance even while the model is not
+    /// [informed](CostModel::is_informed): true for the analytic estimate (and a GBDT model
+    /// before its warm-up, which scores with it), false for the random model. A search may
+    /// evolve a population by such scores; by a random model's it would only spend time.
+    fn has_prior(&self) -> bool {
+        self.is_informed()
+    }
 }
 
 /// Checks that every throughput is finite and non-negative.
