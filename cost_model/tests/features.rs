@@ -258,6 +258,35 @@ fn the_micro_kernel_is_costed_in_the_targets_pipe_units() {
     );
 }
 
+#[test]
+fn vectors_that_cross_a_cache_line_cost_two_passes() {
+    // A 4-row tile of 12 lanes over N = 48: B's rows and the tiles along a row start 48
+    // bytes apart, at 0, 48, 32 and 16 bytes into a line, and some of their 32-byte units
+    // cross into the next line. Tiles of 16 lanes (N = 64) start on a line. Both read two
+    // units of B per k; the 12-lane tile's count more.
+    let zen4 = CoreModel::default();
+    let loads = |lanes: i64| {
+        let f = tile_inside_k(
+            &format!("matmul:M=64,N={},K=64", 4 * lanes),
+            4,
+            lanes,
+            &zen4,
+        );
+        f64::from(f.get(update_row(&f), "body_loads").unwrap()).exp2() - 1.0
+    };
+    let (aligned, shifted) = (loads(16), loads(12));
+    // Four broadcasts of A, two units of B, the accumulators' share of k.
+    assert!(
+        (aligned - (4.0 + 2.0 + 8.0 / 64.0)).abs() < 1e-3,
+        "{aligned}"
+    );
+    // Units start at the multiples of 16 bytes in a line: those at 48 cross (16 of 64).
+    assert!(
+        (shifted - (4.0 + 2.0 * 1.25 + 8.0 * 1.25 / 64.0)).abs() < 1e-3,
+        "{shifted}"
+    );
+}
+
 /// Matmul M=64, N=K=`n` with a 16-row by 16-lane register tile inside the k loop.
 fn sixteen_rows(n: i64, core: &CoreModel) -> ProgramFeatures {
     tile_inside_k(&format!("matmul:M=64,N={n},K={n}"), 16, 16, core)
@@ -296,12 +325,17 @@ fn rows_a_multiple_of_4_kib_apart_crowd_one_l1_set() {
         );
         assert!((bc - bs).abs() < 1e-3 * bs, "{bc} against {bs}");
     }
-    // Eight rows 4 KiB apart and a line of B fit 12 ways, not 8.
-    let eight = |core: &CoreModel| {
-        let f = tile_inside_k("matmul:M=64,N=1024,K=1024", 8, 16, core);
-        f.get(update_row(&f), "l1_miss_bytes_per_flop").unwrap()
+    // Rows of A 4 KiB apart, read again at every k: twelve crowd 8 ways, not 12. Eight fill
+    // 8 ways exactly; B's line at each k is a row of B further on (4 KiB), read by that k
+    // alone, so it passes through the set without crowding it.
+    let miss = |rows: i64, core: &CoreModel| {
+        let f = tile_inside_k("matmul:M=48,N=1024,K=1024", rows, 16, core);
+        f64::from(f.get(update_row(&f), "l1_miss_bytes_per_flop").unwrap()).exp2() - 1.0
     };
-    assert!(eight(&CoreModel::default()) > eight(&intel));
+    let zen4 = CoreModel::default();
+    assert!(miss(12, &zen4) > 3.0 * miss(12, &intel));
+    assert_eq!(miss(8, &zen4), miss(8, &intel));
+    assert!(miss(12, &zen4) > 3.0 * miss(8, &zen4));
 }
 
 /// Matmul M=64, N=K=`n` as `i.0 j.0 k.0 i.1 j.1 k.1 i.2 j.2`: a block of 256 rows of B

@@ -624,6 +624,7 @@ impl<'f> Walker<'f> {
                     ForKind::Vectorized if p.stride.get(j).is_some_and(|s| s.abs() == 1) => {
                         count *= units(e, elem);
                         regs *= (e * elem / vector_bytes).ceil();
+                        count *= split_share(w, index, &p, j, elem, e * elem);
                     }
                     ForKind::Vectorized => {
                         gather = true;
@@ -707,10 +708,10 @@ impl<'f> Walker<'f> {
                 let mut l = fit;
                 // Accumulators kept in registers are not in the cache while the body runs.
                 let skip = in_regs.then_some(write.buf);
-                let mut crowded = self.crowds(uses, dims, l, skip, sets, ways);
+                let mut crowded = self.crowds(uses, dims, l, b, skip, (sets, ways));
                 while crowded && l < b {
                     l += 1;
-                    crowded = self.crowds(uses, dims, l, skip, sets, ways);
+                    crowded = self.crowds(uses, dims, l, b, skip, (sets, ways));
                 }
                 if l != fit || crowded {
                     lines = Some(self.lines_at(uses, dims, l));
@@ -757,20 +758,42 @@ impl<'f> Walker<'f> {
     /// Whether the lines the uses touch in one run of the loops from `level` inward crowd a
     /// set of a cache of `sets` sets beyond its `ways`. Buffers are taken to start on the
     /// same set (the runtime's large buffers start on a huge page). Temporaries in local
-    /// scope (registers and the stack), the buffer `skip` and accesses that do not enumerate
-    /// (not affine in some loop, or too many offsets) are left out.
+    /// scope (registers and the stack), the buffer `skip`, uses that stream past the level
+    /// (each line read by one execution of the body, which starts at loop `body`) and
+    /// accesses that do not enumerate (not affine in some loop, or too many offsets) are
+    /// left out.
     fn crowds(
         &self,
         uses: &[BufferUse],
         dims: &[LoopDim],
         level: usize,
+        body: usize,
         skip: Option<BufId>,
-        sets: i64,
-        ways: u32,
+        (sets, ways): (i64, u32),
     ) -> bool {
+        // A use that every loop from `level` to the body (`body`), and the first loop
+        // outside `level`, move by a line or more streams: each of its lines serves one
+        // execution of the body, is not read again in this run of the level, and the next
+        // run (whose lines the estimate charges again) reads other lines. It passes through
+        // a set without having to stay; only the lines read again share the ways. (Eight
+        // rows of weights 4 KiB apart fill an 8-way set exactly; the input's lines streaming
+        // past them had the fastest programs of a 1×1 conv2d marked as crowded:
+        // docs/measurements.md, "Lines read once in the cache-set count".)
+        let streams = |u: &BufferUse| -> bool {
+            let elem = self.decl_bytes(u.buf).0;
+            let far = |j: usize| {
+                dims[j].extent <= 1
+                    || u.pattern
+                        .stride
+                        .get(j)
+                        .is_some_and(|s| s.unsigned_abs() as f64 * elem >= CACHE_LINE)
+            };
+            let outside = (0..level).rev().find(|&j| dims[j].extent > 1);
+            (level..body).all(far) && outside.is_none_or(far)
+        };
         let counted: Vec<&BufferUse> = uses
             .iter()
-            .filter(|u| !self.is_local(u.buf) && skip != Some(u.buf))
+            .filter(|u| !self.is_local(u.buf) && skip != Some(u.buf) && !streams(u))
             .collect();
         // A range of bytes meets each set at most once per period of the cache's sets and
         // once more for its ends: ranges that cannot crowd a set need no enumeration, which
@@ -878,6 +901,51 @@ impl<'f> Walker<'f> {
             .get(u.buf.0 as usize)
             .is_some_and(|d| d.kind == BufKind::Temp) as u8 as f64;
     }
+}
+
+/// How many times over the pipe units of a contiguous vector access are executed, counting
+/// those that cross a cache line twice (the core reads both lines; on Zen 4 and Intel's
+/// cores a load or store split over two lines takes two passes through its pipe). The
+/// vector starts wherever the access's first element and the strides of its other loops put
+/// it: where all are multiples of the unit (a matrix row of 16 floats and more) no unit
+/// splits; a window's column shifted by one float (`x + rx`) starts 4 bytes into a line
+/// at some taps, and of the units that start at the multiples of 4 bytes in a line, those
+/// starting in its last `unit - 4` bytes cross it.
+fn split_share(
+    w: &Walker<'_>,
+    index: &Expr,
+    pattern: &AccessPattern,
+    vector_loop: usize,
+    elem: f64,
+    bytes: f64,
+) -> f64 {
+    // A vector narrower than a pipe unit is one access of its own size.
+    let unit = w.core.unit_bytes.min(bytes);
+    let elem_i = elem as i64;
+    // Loops start at 0 in the walker's environment: `eval` gives the first element.
+    let first = super::index::eval(index, &w.env).unwrap_or(1);
+    let mut step = first.wrapping_mul(elem_i);
+    for (k, s) in pattern.stride.iter().enumerate() {
+        if k != vector_loop {
+            step = gcd(step, s.wrapping_mul(elem_i));
+        }
+    }
+    // The offsets in a line a unit can start at are the multiples of `align`.
+    let align = gcd(step, CACHE_LINE as i64) as f64;
+    if align >= unit || align == 0.0 {
+        1.0
+    } else {
+        1.0 + (unit - align) / CACHE_LINE
+    }
+}
+
+/// Greatest common divisor of two byte offsets (0 with 0 is 0; signs ignored).
+fn gcd(a: i64, b: i64) -> i64 {
+    let (mut a, mut b) = (a.unsigned_abs(), b.unsigned_abs());
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a.min(i64::MAX as u64) as i64
 }
 
 /// Floating-point operations of a statement over all its executions.
