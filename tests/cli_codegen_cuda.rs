@@ -41,10 +41,13 @@ fn assert_usage_error(out: &Output, needles: &[&str], what: &str) {
     }
 }
 
-/// Small shapes of every op of the library (the test fails on an op added without one).
-const SPECS: [&str; 9] = [
+/// Small shapes of every op of the library (the test fails on an op added without one), and
+/// of every dtype.
+const SPECS: [&str; 11] = [
     "matmul:M=24,N=20,K=12",
     "matmul:M=8,N=8,K=8,dtype=f64",
+    "matmul:M=24,N=20,K=12,dtype=bf16",
+    "dense_bias_relu:M=12,N=20,K=10,dtype=bf16",
     "batch_matmul:B=2,M=12,N=10,K=6",
     "dense_bias_relu:M=12,N=20,K=9",
     "conv2d:N=1,C=3,H=7,W=7,K=4,R=3,S=3,stride=1,pad=1",

@@ -370,6 +370,7 @@ fn sampled_gpu_candidates_of_every_op_assemble_as_verified() {
     let desc = desc();
     for spec in [
         "matmul:M=128,N=96,K=64",
+        "matmul:M=128,N=96,K=64,dtype=bf16",
         "batch_matmul:B=2,M=64,N=48,K=32",
         "dense_bias_relu:M=64,N=80,K=48",
         "conv2d:N=1,C=16,H=14,W=14,K=32,R=3,S=3,stride=1,pad=1",
@@ -415,7 +416,11 @@ fn sampled_gpu_candidates_of_every_op_assemble_as_verified() {
             "{spec}: {assembled} assembled ({wide} with vector loads), {refused} refused by the \
              verifier"
         );
-        if spec.starts_with("matmul") || spec.starts_with("batch_matmul") {
+        // (Of f32: bf16 copies move 2-byte halves, which the cooperative fetch does not
+        // widen.)
+        if (spec.starts_with("matmul") || spec.starts_with("batch_matmul"))
+            && !spec.ends_with("dtype=bf16")
+        {
             assert!(wide >= 2, "{spec}: {wide} of {assembled} with vector loads");
         }
         assert!(

@@ -53,11 +53,12 @@ use inkwell::targets::{
 };
 use inkwell::types::{BasicMetadataTypeEnum, BasicType, BasicTypeEnum};
 use inkwell::values::{
-    BasicMetadataValueEnum, BasicValue, BasicValueEnum, FunctionValue, IntValue, PointerValue,
+    BasicMetadataValueEnum, BasicValue, BasicValueEnum, FloatValue, FunctionValue, IntValue,
+    PointerValue,
 };
 use inkwell::{AddressSpace, FloatPredicate, IntPredicate, OptimizationLevel};
 use std::sync::Once;
-use tensortune_schedules::expr::{BinOp, CmpOp, Intrinsic as Intr};
+use tensortune_schedules::expr::{BinOp, CmpOp, Intrinsic as Intr, PairOp};
 use tensortune_schedules::ir::{BufKind, ForKind, LoweredFunc, Scope, Stmt, ThreadAxis};
 use tensortune_schedules::verify::verify;
 use tensortune_schedules::{BufId, Const, DType, Expr, Var};
@@ -758,11 +759,33 @@ impl<'ctx> PtxGen<'ctx, '_> {
 
     fn expr(&mut self, e: &Expr) -> Res<V<'ctx>> {
         Ok(match e {
-            Expr::Pair(op, ..) => {
-                return Err(CodegenError::Unsupported(format!(
-                    "{} (bf16 pairs) on the GPU",
-                    op.name()
-                )))
+            Expr::Pair(op, a, b) => {
+                if a.dtype() != op.operand() || b.dtype() != op.operand() {
+                    return Err(invalid(format!(
+                        "operands of `{e}` are not {}",
+                        op.operand()
+                    )));
+                }
+                let (x, y) = (int(self.expr(a)?)?, int(self.expr(b)?)?);
+                match op {
+                    PairOp::Pack => self.pack_bf16(x, y)?,
+                    PairOp::Dot => self.dot_bf16(None, x, y)?,
+                }
+            }
+            // `acc + dot_bf16(x, y)` (either order): the products added to the accumulator one
+            // at a time, as the CPU's unpacked form does.
+            Expr::Bin(BinOp::Add, a, b) if dot_operand(a, b).is_some() => {
+                let Some((acc, x, y)) = dot_operand(a, b) else {
+                    return Err(invalid(format!("`{e}` is not an accumulated dot product")));
+                };
+                if acc.dtype() != DType::F32 || x.dtype() != DType::I32 || y.dtype() != DType::I32 {
+                    return Err(invalid(format!(
+                        "operands of `{e}` are not f32 and i32 pairs"
+                    )));
+                }
+                let acc = float(self.expr(acc)?)?;
+                let (x, y) = (int(self.expr(x)?)?, int(self.expr(y)?)?);
+                self.dot_bf16(Some(acc), x, y)?
             }
             Expr::Const(c) => constant(self.cx, *c),
             Expr::Var(v) => self
@@ -966,6 +989,15 @@ impl<'ctx> PtxGen<'ctx, '_> {
         if from == to {
             return Ok(x);
         }
+        // bf16 is a storage type (its bits in an i16): it converts through f32.
+        if from == DType::BF16 {
+            let f = self.bf16_to_f32(int(x)?)?;
+            return self.convert(f.into(), DType::F32, to);
+        }
+        if to == DType::BF16 {
+            let f = self.convert(x, from, DType::F32)?;
+            return Ok(self.f32_to_bf16(float(f)?)?.into());
+        }
         let to_ty = reg_ty(self.cx, to);
         if to == DType::Bool {
             return Ok(match x {
@@ -1001,6 +1033,88 @@ impl<'ctx> PtxGen<'ctx, '_> {
             }
         };
         Ok(self.b.build_cast(op, x, to_ty, "cast")?)
+    }
+
+    /// The f32 of a bf16 (its bits in an i16): the bits shifted into the upper half.
+    fn bf16_to_f32(&mut self, x: IntValue<'ctx>) -> Res<FloatValue<'ctx>> {
+        let i32t = self.cx.i32_type();
+        let w = self.b.build_int_z_extend(x, i32t, "bfw")?;
+        let hi = self
+            .b
+            .build_left_shift(w, i32t.const_int(16, false), "bfhi")?;
+        Ok(self
+            .b
+            .build_bit_cast(hi, self.cx.f32_type(), "bff")?
+            .into_float_value())
+    }
+
+    /// The bf16 nearest an f32, ties to even, as `tensortune_schedules::data::f32_to_bf16`
+    /// rounds and the CPU code generator converts (a NaN becomes a quiet NaN of its sign and
+    /// upper payload).
+    fn f32_to_bf16(&mut self, x: FloatValue<'ctx>) -> Res<IntValue<'ctx>> {
+        let i32t = self.cx.i32_type();
+        let c = |v: u64| i32t.const_int(v, false);
+        let bits = self.b.build_bit_cast(x, i32t, "fbits")?.into_int_value();
+        let kept = self.b.build_right_shift(bits, c(16), false, "kept")?;
+        let odd = self.b.build_and(kept, c(1), "odd")?;
+        let round = self.b.build_int_add(c(0x7fff), odd, "round")?;
+        let sum = self.b.build_int_add(bits, round, "rsum")?;
+        let rounded = self.b.build_right_shift(sum, c(16), false, "rnd")?;
+        let nan = self.b.build_or(kept, c(0x40), "qnan")?;
+        let is_nan = self
+            .b
+            .build_float_compare(FloatPredicate::UNO, x, x, "isnan")?;
+        let r = self
+            .b
+            .build_select(is_nan, nan, rounded, "bfr")?
+            .into_int_value();
+        Ok(self.b.build_int_truncate(r, self.cx.i16_type(), "bf16")?)
+    }
+
+    /// Two bf16 (i16 bits) packed into one i32 word, `lo` in the low half.
+    fn pack_bf16(&mut self, lo: IntValue<'ctx>, hi: IntValue<'ctx>) -> Res<V<'ctx>> {
+        let i32t = self.cx.i32_type();
+        let l = self.b.build_int_z_extend(lo, i32t, "plo")?;
+        let h = self.b.build_int_z_extend(hi, i32t, "phi")?;
+        let h = self
+            .b
+            .build_left_shift(h, i32t.const_int(16, false), "phis")?;
+        Ok(self.b.build_or(l, h, "pair")?.into())
+    }
+
+    /// `acc + lo(x)·lo(y) + hi(x)·hi(y)` of two packed bf16 words (`acc` 0 when `None`): each
+    /// half widened to f32 (the low one shifted up, the high one masked), the products (exact
+    /// in f32) added in that order, a multiply and an add free to fuse as elsewhere.
+    fn dot_bf16(
+        &mut self,
+        acc: Option<FloatValue<'ctx>>,
+        x: IntValue<'ctx>,
+        y: IntValue<'ctx>,
+    ) -> Res<V<'ctx>> {
+        let i32t = self.cx.i32_type();
+        let mut halves = Vec::with_capacity(4);
+        for w in [x, y] {
+            let lo = self
+                .b
+                .build_left_shift(w, i32t.const_int(16, false), "lo")?;
+            let hi = self
+                .b
+                .build_and(w, i32t.const_int(0xffff_0000, false), "hi")?;
+            for h in [lo, hi] {
+                halves.push(V::from(
+                    self.b
+                        .build_bit_cast(h, self.cx.f32_type(), "half")?
+                        .into_float_value(),
+                ));
+            }
+        }
+        let lo = self.arith(BinOp::Mul, DType::F32, halves[0], halves[2])?;
+        let hi = self.arith(BinOp::Mul, DType::F32, halves[1], halves[3])?;
+        let first = match acc {
+            Some(a) => self.arith(BinOp::Add, DType::F32, a.into(), lo)?,
+            None => lo,
+        };
+        self.arith(BinOp::Add, DType::F32, first, hi)
     }
 
     fn intrinsic_call(&mut self, f: Intr, d: DType, x: V<'ctx>) -> Res<V<'ctx>> {
@@ -1288,6 +1402,16 @@ fn reads_memory(e: &Expr) -> bool {
     let mut found = false;
     e.visit(&mut |x| found |= matches!(x, Expr::BufLoad { .. } | Expr::Load { .. }));
     found
+}
+
+/// `(acc, x, y)` if `a + b` is `acc + dot_bf16(x, y)` in either order.
+fn dot_operand<'e>(a: &'e Expr, b: &'e Expr) -> Option<(&'e Expr, &'e Expr, &'e Expr)> {
+    match (a, b) {
+        (acc, Expr::Pair(PairOp::Dot, x, y)) | (Expr::Pair(PairOp::Dot, x, y), acc) => {
+            Some((acc, x, y))
+        }
+        _ => None,
+    }
 }
 
 /// LLVM type of a value of `d` in a register (bool is `i1`).
