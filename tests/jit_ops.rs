@@ -247,6 +247,47 @@ fn next_row_prefetch_runs_and_matches() {
     }
 }
 
+/// The next row into L1 and the row after into L2 (the row-wise sketch's prefetch hole at
+/// 2): the output matches the evaluator, the prefetches past the input's end fault nothing,
+/// and on x86 the second is `prefetcht1` (`llvm.prefetch` with locality 2), one per line.
+#[test]
+fn row_after_next_into_l2_runs_and_matches() {
+    use tensortune_schedules::ir::PrefetchLevel;
+    // softmax: 0 X, 1 row_max, 2 exp, 3 row_sum, 4 Y.
+    for spec in ["softmax:M=5,N=37", "softmax:M=4,N=128"] {
+        let d = dag(spec);
+        let mut s = State::new(&d);
+        let sched = |s: &mut State| -> Result<(), tensortune_schedules::schedule::ScheduleError> {
+            s.compute_at(3, 4, 0)?;
+            s.split(2, 1, &[16])?;
+            s.compute_at(2, 4, 0)?;
+            s.compute_at(1, 4, 0)?;
+            s.vectorize(2, 2)?;
+            s.prefetch(2, 0, 0, 1)?;
+            s.prefetch_to(2, 0, 0, 2, PrefetchLevel::L2)
+        };
+        sched(&mut s).unwrap_or_else(|e| panic!("{spec}: {e}"));
+        let f = check(spec, &d, &s, 12, 1);
+        let opts = tensortune::codegen::CodegenOptions::default();
+        let ir = tensortune::codegen::llvm::emit_llvm_ir(&f, &opts).expect("ir");
+        assert!(
+            ir.contains("i32 0, i32 2, i32 1)"),
+            "{spec}: no locality 2 in\n{ir}"
+        );
+        if cfg!(target_arch = "x86_64") {
+            let asm = tensortune::codegen::llvm::emit_asm(&f, &opts).expect("asm");
+            let (t0, t1) = (
+                asm.matches("prefetcht0").count(),
+                asm.matches("prefetcht1").count(),
+            );
+            assert!(
+                t0 >= 1 && t1 == t0,
+                "{spec}: {t0} prefetcht0, {t1} prefetcht1 in\n{asm}"
+            );
+        }
+    }
+}
+
 /// Kernels of the same name live side by side in the one JIT (their symbols are renamed
 /// apart), each keeps its own code after others are dropped, and kernels calling the C
 /// library (softmax's `expf`) link against the symbols the JIT defines.

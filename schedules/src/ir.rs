@@ -81,6 +81,38 @@ pub enum ForKind {
     ThreadBound(ThreadAxis),
 }
 
+/// The cache level a prefetch brings its line into ([`Stmt::Prefetch`],
+/// [`Step::Prefetch`](crate::trace::Step::Prefetch)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PrefetchLevel {
+    /// The L1 data cache and every level above it (x86 `prefetcht0`).
+    #[default]
+    L1,
+    /// The L2 cache, not L1 (`prefetcht1`): a line wanted later than the next one, brought
+    /// near without taking L1's few lines or line-fill buffers from what is read sooner.
+    L2,
+    /// The last-level cache (`prefetcht2`).
+    L3,
+}
+
+impl PrefetchLevel {
+    /// Whether this is the default, [`PrefetchLevel::L1`] (left out of a trace's JSON, so
+    /// that traces written before levels existed keep their text and hash).
+    pub fn is_l1(&self) -> bool {
+        *self == PrefetchLevel::L1
+    }
+
+    /// Its name in printed traces and loop nests (`l1`, `l2`, `l3`).
+    pub fn name(self) -> &'static str {
+        match self {
+            PrefetchLevel::L1 => "l1",
+            PrefetchLevel::L2 => "l2",
+            PrefetchLevel::L3 => "l3",
+        }
+    }
+}
+
 /// Memory scope of a buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[non_exhaustive]
@@ -226,7 +258,7 @@ pub enum Stmt {
         /// The partner's lane is this lane XOR `lane_xor`, below 32.
         lane_xor: u32,
     },
-    /// A hint to bring the cache line of `buf[index]` into the L1 cache ahead of its use
+    /// A hint to bring the cache line of `buf[index]` into the cache `level` ahead of its use
     /// (`Step::Prefetch`). It reads and writes nothing, so `index` may lie outside the
     /// buffer (the row after the last): the CPU instruction never faults. Inside a
     /// vectorized loop it fetches every line the lanes' elements lie on. The interpreters
@@ -236,6 +268,9 @@ pub enum Stmt {
         buf: BufId,
         /// Element offset (in or out of the buffer).
         index: Expr,
+        /// Where the line goes.
+        #[serde(default, skip_serializing_if = "PrefetchLevel::is_l1")]
+        level: PrefetchLevel,
     },
 }
 
@@ -432,9 +467,10 @@ impl Stmt {
                 value: f(value),
                 lane_xor: *lane_xor,
             },
-            Stmt::Prefetch { buf, index } => Stmt::Prefetch {
+            Stmt::Prefetch { buf, index, level } => Stmt::Prefetch {
                 buf: *buf,
                 index: f(index),
+                level: *level,
             },
             Stmt::If {
                 cond,
@@ -550,8 +586,13 @@ impl StmtPrinter<'_> {
             }
             Stmt::Seq(v) => v.iter().for_each(|s| self.stmt(s, depth, out)),
             Stmt::Sync => out.push_str(&format!("{pad}sync_threads()\n")),
-            Stmt::Prefetch { buf, index } => out.push_str(&format!(
-                "{pad}prefetch {}[{}]\n",
+            Stmt::Prefetch { buf, index, level } => out.push_str(&format!(
+                "{pad}prefetch{} {}[{}]\n",
+                if level.is_l1() {
+                    String::new()
+                } else {
+                    format!(" to {}", level.name())
+                },
                 self.func.buffer(*buf).name,
                 self.expr(index)
             )),

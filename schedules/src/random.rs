@@ -7,7 +7,7 @@
 
 use crate::dag::ComputeDag;
 use crate::data::SplitMix64;
-use crate::ir::{Scope, ThreadAxis};
+use crate::ir::{PrefetchLevel, Scope, ThreadAxis};
 use crate::schedule::{IterKind, Location, State};
 use crate::trace::{Annotation, Step};
 
@@ -226,11 +226,21 @@ pub fn random_step(state: &State, rng: &mut Rng) -> Option<Step> {
                     _ => rng.below(state.stages().len() as u64) as u32,
                 };
                 let axes = s.op.shape.len() + s.op.reduce_axes().len();
+                let axis = rng.below(axes.max(1) as u64) as u32;
+                let offset = rng.pick(&[1, 1, 2, -1, 64])?;
+                // Two ahead into L2, as the row-wise sketch fetches it. The level takes no
+                // draw of its own: the seeded traces of the tests stay the traces they were.
+                let level = if offset == 2 {
+                    PrefetchLevel::L2
+                } else {
+                    PrefetchLevel::L1
+                };
                 Step::Prefetch {
                     stage,
                     tensor,
-                    axis: rng.below(axes.max(1) as u64) as u32,
-                    offset: rng.pick(&[1, 1, 2, -1, 64])?,
+                    axis,
+                    offset,
+                    level,
                 }
             } else {
                 Step::Annotate {

@@ -507,9 +507,10 @@ impl Simplifier {
                 index: self.expr(index),
                 value: self.expr(value),
             },
-            Stmt::Prefetch { buf, index } => Stmt::Prefetch {
+            Stmt::Prefetch { buf, index, level } => Stmt::Prefetch {
                 buf: *buf,
                 index: self.expr(index),
+                level: *level,
             },
             Stmt::Allocate { buf, body } => Stmt::Allocate {
                 buf: *buf,

@@ -18,7 +18,7 @@
 //! ```
 
 use crate::dag::ComputeDag;
-use crate::ir::{Scope, ThreadAxis};
+use crate::ir::{PrefetchLevel, Scope, ThreadAxis};
 use crate::schedule::{ScheduleError, State};
 use crate::text::single_line;
 use serde::{Deserialize, Serialize};
@@ -155,7 +155,9 @@ pub enum Step {
     /// keep it): `axis` 0 and `offset` 1 of a row-wise stage fetch the next row while this
     /// one computes. Only tensors in global memory (inputs, outputs and root stages) are
     /// fetched; a stage that does not read `tensor` fetches nothing. TVM's `prefetch`, on an
-    /// axis of the computation rather than a loop.
+    /// axis of the computation rather than a loop, with the cache level the line goes to:
+    /// a stage has at most one prefetch per tensor, axis and level (a later step replaces
+    /// an earlier one), so it can fetch the next row into L1 and the one after into L2.
     Prefetch {
         /// Stage position.
         stage: u32,
@@ -165,6 +167,9 @@ pub enum Step {
         axis: u32,
         /// How far along it, nonzero, at most [`MAX_PREFETCH_OFFSET`] either way.
         offset: i64,
+        /// The cache level the lines go to; L1 (the default) is left out of the JSON.
+        #[serde(default, skip_serializing_if = "PrefetchLevel::is_l1")]
+        level: PrefetchLevel,
     },
 }
 
@@ -321,7 +326,14 @@ impl fmt::Display for Step {
                 tensor,
                 axis,
                 offset,
-            } => write!(f, "prefetch(s{stage}, s{tensor}, axis {axis}, {offset:+})"),
+                level,
+            } => {
+                write!(f, "prefetch(s{stage}, s{tensor}, axis {axis}, {offset:+}")?;
+                if !level.is_l1() {
+                    write!(f, ", to {}", level.name())?;
+                }
+                write!(f, ")")
+            }
         }
     }
 }

@@ -142,7 +142,7 @@ impl Verifier<'_> {
             Stmt::Seq(v) => v.iter().try_for_each(|x| self.stmt(x, in_vector)),
             // Its index may lie outside the buffer (it accesses nothing), but the buffer
             // must be one the function can name there.
-            Stmt::Prefetch { buf, index } => {
+            Stmt::Prefetch { buf, index, .. } => {
                 let decl = self
                     .f
                     .buffers

@@ -3,7 +3,7 @@
 
 mod common;
 use common::{check_state, dag};
-use tensortune_schedules::ir::{LoweredFunc, Scope, Stmt, ThreadAxis};
+use tensortune_schedules::ir::{LoweredFunc, PrefetchLevel, Scope, Stmt, ThreadAxis};
 use tensortune_schedules::lower::lower;
 use tensortune_schedules::schedule::{ScheduleError, State};
 use tensortune_schedules::simplify::Simplifier;
@@ -199,7 +199,7 @@ fn prefetches_and_reads(f: &LoweredFunc) -> (Vec<(BufId, Expr)>, Vec<Expr>) {
     let x = f.params[0];
     let (mut fetched, mut read) = (Vec::new(), Vec::new());
     f.body.visit(&mut |st| match st {
-        Stmt::Prefetch { buf, index } => fetched.push((*buf, index.clone())),
+        Stmt::Prefetch { buf, index, .. } => fetched.push((*buf, index.clone())),
         Stmt::Store { buf, value, .. } if f.buffer(*buf).name == "exp" => value.visit(&mut |e| {
             if let Expr::BufLoad { buf, index, .. } = e {
                 if *buf == x {
@@ -242,10 +242,52 @@ fn prefetch_fetches_the_next_row() {
         .trace()
         .to_string()
         .contains("prefetch(s2, s0, axis 0, +1)"));
-    // A trace with the step survives JSON and replays to the same program.
+    // A trace with the step survives JSON and replays to the same program; an L1 step's
+    // JSON is what it was before steps had a level (stored records keep their hashes).
     let json = serde_json::to_string(s.trace()).unwrap();
+    assert!(!json.contains("level"), "{json}");
     let again = Trace::from_json(&json).unwrap().replay(&d).unwrap();
     assert_eq!(lower(&again).unwrap().to_string(), f.to_string());
+}
+
+/// A second prefetch into L2 two rows ahead lowers beside the first, two rows (`2 N`
+/// elements) past what the body reads, and says its level in the loop nest, the trace and
+/// the trace's JSON, through which it replays.
+#[test]
+fn prefetch_into_l2_two_rows_ahead() {
+    let d = dag("softmax:M=5,N=11");
+    let mut s = State::new(&d);
+    row_at_a_time_prefetched(&mut s).unwrap();
+    s.prefetch_to(2, 0, 0, 2, PrefetchLevel::L2).unwrap();
+    let f = lower(&s).unwrap();
+    let mut levels = Vec::new();
+    f.body.visit(&mut |st| {
+        if let Stmt::Prefetch { level, .. } = st {
+            levels.push(*level)
+        }
+    });
+    assert_eq!(levels, [PrefetchLevel::L1, PrefetchLevel::L2], "{f}");
+    let (fetched, read) = prefetches_and_reads(&f);
+    let gaps: Vec<_> = fetched
+        .iter()
+        .map(|(_, i)| {
+            Simplifier::default()
+                .expr(&(i.clone() - read[0].clone()))
+                .as_int()
+        })
+        .collect();
+    assert_eq!(gaps, [Some(11), Some(22)], "{f}");
+    assert!(f.to_string().contains("prefetch to l2 X["), "{f}");
+    let text = s.trace().to_string();
+    assert!(
+        text.contains("prefetch(s2, s0, axis 0, +2, to l2)"),
+        "{text}"
+    );
+    let json = serde_json::to_string(s.trace()).unwrap();
+    assert!(json.contains(r#""level":"l2""#), "{json}");
+    let again = Trace::from_json(&json).unwrap().replay(&d).unwrap();
+    assert_eq!(lower(&again).unwrap().to_string(), f.to_string());
+    check_state(&d, &s, 3);
 }
 
 // softmax: 0 X, 1 row_max, 2 exp, 3 row_sum, 4 Y

@@ -4,6 +4,7 @@
 mod common;
 use common::dag;
 use tensortune_schedules::expr::{sum, Expr};
+use tensortune_schedules::ir::PrefetchLevel;
 use tensortune_schedules::ops::{SpecError, WorkloadSpec};
 use tensortune_schedules::random::Rng;
 use tensortune_schedules::schedule::{ScheduleError as E, State};
@@ -38,6 +39,27 @@ fn prefetches_that_do_not_apply() {
     let hints = &s.stages()[2].prefetch;
     assert_eq!(hints.len(), 2, "{hints:?}");
     assert_eq!((hints[0].axis, hints[0].offset), (2, 4));
+    // Another cache level is another hint; the same level again replaces it.
+    s.prefetch_to(2, 0, 2, 8, PrefetchLevel::L2)
+        .expect("into L2");
+    s.prefetch_to(2, 0, 2, 9, PrefetchLevel::L2)
+        .expect("replaced");
+    let hints = &s.stages()[2].prefetch;
+    let got: Vec<_> = hints.iter().map(|h| (h.offset, h.level)).collect();
+    assert_eq!(
+        got,
+        [
+            (4, PrefetchLevel::L1),
+            (1, PrefetchLevel::L1),
+            (9, PrefetchLevel::L2)
+        ]
+    );
+    let before = s.clone();
+    assert!(
+        bad(s.prefetch_to(2, 0, 2, 0, PrefetchLevel::L3)),
+        "offset 0"
+    );
+    assert_eq!(s, before);
 }
 
 #[test]

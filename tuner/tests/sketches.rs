@@ -6,7 +6,7 @@ use rand::rngs::ChaCha8Rng;
 use rand::SeedableRng;
 use tensortune_schedules::data::NdData;
 use tensortune_schedules::expr::{BinOp, DType, Expr};
-use tensortune_schedules::ir::{ForKind, Stmt};
+use tensortune_schedules::ir::{ForKind, PrefetchLevel, Stmt};
 use tensortune_schedules::ops::WorkloadSpec;
 use tensortune_schedules::target::TargetKey;
 use tensortune_schedules::{eval, interp, lower::lower, ComputeDag};
@@ -426,8 +426,8 @@ fn a_1x1_layer_with_its_relu_fused_is_flattened_in_both() {
     }
 }
 
-/// Softmax's row-at-a-time sketch has a prefetch hole on `exp` (the input's next row, or
-/// none), and each choice gives a correct program, with and without the prefetch.
+/// Softmax's row-at-a-time sketch has a prefetch hole on `exp` (none, the input's next row
+/// into L1, or that and the row after into L2), and each choice gives a correct program.
 #[test]
 fn softmax_rows_may_prefetch_the_next_one() {
     use tensortune_tuner::sketch::{ChoiceKind, Hole};
@@ -462,21 +462,22 @@ fn softmax_rows_may_prefetch_the_next_one() {
             .map(|(i, _)| i)
             .collect();
         assert_eq!(holes.len(), 1, "{}: {:?}", sk.name, sk.holes);
-        for ahead in [0, 1] {
+        for ahead in [0, 1, 2] {
             let mut d = sample(sk, &mut rng, &opts);
             d[holes[0]] = vec![ahead];
             let st = sk.instantiate(&dag, &d).unwrap();
             let f = lower(&st).unwrap();
-            let mut fetched = 0;
-            f.body
-                .visit(&mut |s| fetched += matches!(s, Stmt::Prefetch { .. }) as usize);
-            assert_eq!(fetched, ahead as usize, "{}\n{f}", sk.name);
-            assert_eq!(
-                st.trace().to_string().contains("prefetch("),
-                ahead == 1,
-                "{}",
-                st.trace()
-            );
+            let mut levels = Vec::new();
+            f.body.visit(&mut |s| {
+                if let Stmt::Prefetch { level, .. } = s {
+                    levels.push(*level)
+                }
+            });
+            let want = [PrefetchLevel::L1, PrefetchLevel::L2];
+            assert_eq!(levels, want[..ahead as usize], "{}\n{f}", sk.name);
+            let text = st.trace().to_string();
+            assert_eq!(text.matches("prefetch(").count(), ahead as usize, "{text}");
+            assert_eq!(text.contains(", +2, to l2)"), ahead == 2, "{text}");
             check(&dag, &st, ahead as u64);
         }
     }

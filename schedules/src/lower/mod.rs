@@ -523,6 +523,7 @@ impl<'a> Lowerer<'a> {
                             let st = Stmt::Prefetch {
                                 buf,
                                 index: self.flat_index(*tensor, indices),
+                                level: h.level,
                             };
                             if !out.contains(&st) {
                                 out.push(st);

@@ -9,7 +9,7 @@ use super::{
     Iter, IterId, IterKind, Location, PrefetchHint, Relation, SplitBy, Stage, StageOp, State,
 };
 use crate::expr::{select, Expr, IterVar, TensorId, Var};
-use crate::ir::Scope;
+use crate::ir::{PrefetchLevel, Scope};
 use crate::te::OpKind;
 use crate::trace::{Annotation, Step, MAX_PREFETCH_OFFSET};
 use std::sync::Arc;
@@ -62,7 +62,8 @@ impl State {
                 tensor,
                 axis,
                 offset,
-            } => self.do_prefetch(*stage, *tensor, *axis, *offset)?,
+                level,
+            } => self.do_prefetch(*stage, *tensor, *axis, *offset, *level)?,
             Step::AutoUnroll {
                 stage,
                 iter,
@@ -547,7 +548,14 @@ impl State {
         Ok(())
     }
 
-    fn do_prefetch(&mut self, stage: u32, tensor: u32, axis: u32, offset: i64) -> Result<(), E> {
+    fn do_prefetch(
+        &mut self,
+        stage: u32,
+        tensor: u32,
+        axis: u32,
+        offset: i64,
+        level: PrefetchLevel,
+    ) -> Result<(), E> {
         let s = self.compute_stage(stage, "given a prefetch")?;
         let bad = |why: String| E::BadPrefetch {
             stage: s.name().to_string(),
@@ -570,10 +578,11 @@ impl State {
             tensor: fetched.tensor,
             axis: axis as usize,
             offset,
+            level,
         };
         let hints = &mut self.stages[stage as usize].prefetch;
-        // One offset per tensor and axis: a later step replaces an earlier one.
-        hints.retain(|h| (h.tensor, h.axis) != (hint.tensor, hint.axis));
+        // One offset per tensor, axis and level: a later step replaces an earlier one.
+        hints.retain(|h| (h.tensor, h.axis, h.level) != (hint.tensor, hint.axis, hint.level));
         hints.push(hint);
         Ok(())
     }

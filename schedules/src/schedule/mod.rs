@@ -20,7 +20,7 @@ pub use apply::{derive_extents, root_values, split_extents, MAX_VECTOR_LANES};
 
 use crate::dag::ComputeDag;
 use crate::expr::{DType, Expr, IterVar, TensorId};
-use crate::ir::Scope;
+use crate::ir::{PrefetchLevel, Scope};
 use crate::te::OpKind;
 use crate::trace::{Annotation, Step, Trace};
 use std::fmt;
@@ -156,8 +156,8 @@ pub struct Stage {
     pub auto_unroll: Option<(IterId, u32)>,
     /// Storage order of its buffer's dimensions, outer to inner (`None`: the tensor's own).
     pub storage_order: Option<Vec<usize>>,
-    /// Prefetches in its innermost body ([`Step::Prefetch`]), at most one per tensor and
-    /// axis.
+    /// Prefetches in its innermost body ([`Step::Prefetch`]), at most one per tensor, axis
+    /// and cache level.
     pub prefetch: Vec<PrefetchHint>,
 }
 
@@ -170,6 +170,8 @@ pub struct PrefetchHint {
     pub axis: usize,
     /// How far along it.
     pub offset: i64,
+    /// The cache level its lines go to.
+    pub level: PrefetchLevel,
 }
 
 impl Stage {
@@ -676,8 +678,8 @@ impl State {
         })
     }
 
-    /// Prefetch what `stage` reads of `tensor` `offset` further along its `axis` (see
-    /// [`Step::Prefetch`]).
+    /// Prefetch what `stage` reads of `tensor` `offset` further along its `axis` into the L1
+    /// cache (see [`Step::Prefetch`]).
     pub fn prefetch(
         &mut self,
         stage: u32,
@@ -685,11 +687,24 @@ impl State {
         axis: u32,
         offset: i64,
     ) -> Result<(), ScheduleError> {
+        self.prefetch_to(stage, tensor, axis, offset, PrefetchLevel::L1)
+    }
+
+    /// [`State::prefetch`] into the cache `level`.
+    pub fn prefetch_to(
+        &mut self,
+        stage: u32,
+        tensor: u32,
+        axis: u32,
+        offset: i64,
+        level: PrefetchLevel,
+    ) -> Result<(), ScheduleError> {
         self.apply(&Step::Prefetch {
             stage,
             tensor,
             axis,
             offset,
+            level,
         })
     }
 

@@ -21,7 +21,7 @@ use inkwell::values::{
 use inkwell::AddressSpace;
 use inkwell::IntPredicate;
 use tensortune_schedules::expr::BinOp;
-use tensortune_schedules::ir::{BufKind, Fold, ForKind, LoweredFunc, Stmt};
+use tensortune_schedules::ir::{BufKind, Fold, ForKind, LoweredFunc, PrefetchLevel, Stmt};
 use tensortune_schedules::{BufId, DType, Expr, Var};
 
 pub(super) type Res<T> = Result<T, CodegenError>;
@@ -379,7 +379,7 @@ impl<'ctx> Gen<'ctx, '_> {
                 }
             }
             Stmt::Sync => Ok(()),
-            Stmt::Prefetch { buf, index } => self.prefetch(*buf, index),
+            Stmt::Prefetch { buf, index, level } => self.prefetch(*buf, index, *level),
             Stmt::Shuffle { .. } => Err(CodegenError::Unsupported(
                 "a warp shuffle on the CPU (it exchanges registers among GPU threads)".into(),
             )),
@@ -403,12 +403,11 @@ impl<'ctx> Gen<'ctx, '_> {
         Ok(())
     }
 
-    /// Address of `buf[index]` for a scalar index.
-    /// `llvm.prefetch` of `buf[index]`'s line for reading, kept in every cache level (x86's
-    /// `prefetcht0`). In a vectorized loop, every line the lanes' elements lie on: one per
+    /// `llvm.prefetch` of `buf[index]`'s line for reading into `level` (x86's `prefetcht0`,
+    /// `prefetcht1` or `prefetcht2`). In a vectorized loop, every line the lanes' elements lie on: one per
     /// 64 bytes from lane 0's for contiguous lanes (a loop of 64 floats emitted as one
     /// vector spans four), one per lane (at most 16) for strided ones.
-    fn prefetch(&mut self, buf: BufId, index: &Expr) -> Res<()> {
+    fn prefetch(&mut self, buf: BufId, index: &Expr, level: PrefetchLevel) -> Res<()> {
         let elem = self.mem_bytes(self.decl(buf)?.dtype).max(1) as i64;
         let (first, offsets): (IntValue<'ctx>, Vec<i64>) = match &self.vec {
             None => (self.index(index)?, vec![0]),
@@ -431,6 +430,13 @@ impl<'ctx> Gen<'ctx, '_> {
         let ty = self.mem_ty(self.decl(buf)?.dtype);
         let i64t = self.cx.i64_type();
         let i32t = self.cx.i32_type();
+        // LLVM's locality: 3 keeps the line in every level, 2 from L2 out, 1 from the
+        // last level out.
+        let locality = match level {
+            PrefetchLevel::L1 => 3,
+            PrefetchLevel::L2 => 2,
+            PrefetchLevel::L3 => 1,
+        };
         for off in offsets {
             let idx = if off == 0 {
                 first
@@ -442,14 +448,14 @@ impl<'ctx> Gen<'ctx, '_> {
             // buffer (the row after the last one), which only a prefetch, never a load,
             // reaches.
             let p = unsafe { self.b.build_gep(ty, base, &[idx], "pf")? };
-            // Operands: a read (0), the highest locality (3), the data cache (1).
+            // Operands: a read (0), the locality, the data cache (1).
             self.intrinsic(
                 "llvm.prefetch",
                 &[p.get_type().into()],
                 &[
                     p.into(),
                     i32t.const_zero().into(),
-                    i32t.const_int(3, false).into(),
+                    i32t.const_int(locality, false).into(),
                     i32t.const_int(1, false).into(),
                 ],
             )?;

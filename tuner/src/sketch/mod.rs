@@ -13,6 +13,7 @@
 pub mod rules;
 pub mod sample;
 
+use tensortune_schedules::ir::PrefetchLevel;
 use tensortune_schedules::schedule::{IterKind, ScheduleError, State, MAX_VECTOR_LANES};
 use tensortune_schedules::trace::{Annotation, SketchRef, Step};
 use tensortune_schedules::{ComputeDag, TensorId};
@@ -53,7 +54,8 @@ pub enum ChoiceKind {
     Parallel,
     /// The vector lanes of each thread's share of a cooperative fetch (1: scalar).
     Lanes,
-    /// How far ahead a [`SketchStep::Prefetch`] fetches (0: no prefetch).
+    /// How far ahead a [`SketchStep::Prefetch`] fetches: 0 nothing, 1 the next row into L1,
+    /// 2 that and the row after it into L2.
     Prefetch,
 }
 
@@ -140,8 +142,9 @@ pub enum SketchStep {
         /// The unroll hole.
         hole: usize,
     },
-    /// [`Step::Prefetch`] of `input` in the stage along its `axis`, as far ahead as a
-    /// [`ChoiceKind::Prefetch`] hole says (0: none).
+    /// [`Step::Prefetch`]es of `input` in the stage along its `axis`, as far ahead as a
+    /// [`ChoiceKind::Prefetch`] hole says (0: none; 1: one further into L1; 2: that, and
+    /// two further into L2).
     Prefetch {
         /// The stage's tensor.
         tensor: TensorId,
@@ -366,16 +369,25 @@ fn apply_step(
             axis,
             hole,
         } => {
-            let offset = decisions[*hole][0];
-            match (s.position_of(*tensor), s.position_of(*input)) {
-                (Some(p), Some(q)) if offset != 0 => s.apply_in_place(&Step::Prefetch {
+            let ahead = decisions[*hole][0];
+            let (Some(p), Some(q)) = (s.position_of(*tensor), s.position_of(*input)) else {
+                return Ok(());
+            };
+            // The next row into L1, and with 2 the one after into L2: one row ahead into L1
+            // alone leaves the memory system idle while each row's first lines arrive; the
+            // row after, already in L2, comes to L1 in a fraction of the time
+            // (docs/measurements.md, "The row after next into L2").
+            let levels = [(1, PrefetchLevel::L1), (2, PrefetchLevel::L2)];
+            for (offset, level) in levels.into_iter().take(ahead.clamp(0, 2) as usize) {
+                s.apply_in_place(&Step::Prefetch {
                     stage: p as u32,
                     tensor: q as u32,
                     axis: *axis,
                     offset,
-                }),
-                _ => Ok(()),
+                    level,
+                })?;
             }
+            Ok(())
         }
     }
 }

@@ -15,10 +15,12 @@
 //! readers.
 //!
 //! An elementwise stage that reads an input (softmax's `exp`) may also prefetch the input's
-//! next row (a hole: [`ChoiceKind::Prefetch`], 0 or 1 row ahead). Its row is the longest
-//! computation per row, with the input's row already in L1, so the memory system would idle
-//! through it; fetching the next row meanwhile overlaps the two (docs/measurements.md,
-//! "Softmax's next row prefetched").
+//! next row (a hole: [`ChoiceKind::Prefetch`]: nothing, the next row into L1, or that and
+//! the row after into L2). Its row is the longest computation per row, with the input's row
+//! already in L1, so the memory system would idle through it; fetching the next row
+//! meanwhile overlaps the two (docs/measurements.md, "Softmax's next row prefetched"), and
+//! the row after into L2 keeps memory busy while the next row's first lines are awaited
+//! ("The row after next into L2").
 
 use super::gpu_reduce::row_wise;
 use super::rfactor::{partial_results, MAX_CHAINS};
@@ -111,7 +113,7 @@ fn at_row(
         let axis = cx.dag.op(t).shape.len().saturating_sub(2) as u32;
         for &input in &cx.dag.info(t).producers {
             if matches!(cx.dag.op(input).kind, OpKind::Placeholder) {
-                let hole = b.choice(vec![0, 1], ChoiceKind::Prefetch);
+                let hole = b.choice(vec![0, 1, 2], ChoiceKind::Prefetch);
                 b.defer(SketchStep::Prefetch {
                     tensor: t,
                     input,
