@@ -368,3 +368,25 @@ fn point_evaluation_matches_full_evaluation() {
         }
     }
 }
+
+/// A prefetch in a stage with an axis bound to a virtual thread: the prefetch's address
+/// reads the virtual thread's variable, so it moves into the virtual-thread loops with the
+/// loads it runs ahead of (it was once left outside them, and the verifier refused the IR:
+/// "variable `i` used outside its loop"). 26 of 20000 random traces of five workloads were
+/// such programs.
+#[test]
+fn prefetch_under_a_virtual_thread() {
+    // matmul: 0 A, 1 B, 2 C; C's loops i, j, k.
+    for (axis, offset, level) in [(2, 1, PrefetchLevel::L1), (1, 2, PrefetchLevel::L2)] {
+        let d = dag("matmul:M=6,N=10,K=7");
+        let mut s = State::new(&d);
+        s.bind(2, 0, ThreadAxis::VThread).unwrap();
+        s.prefetch_to(2, 0, axis, offset, level).unwrap();
+        let f = lower(&s).unwrap_or_else(|e| panic!("{e}\n{s}"));
+        let mut fetched = 0;
+        f.body
+            .visit(&mut |st| fetched += matches!(st, Stmt::Prefetch { .. }) as usize);
+        assert!(fetched >= 1, "{f}");
+        check_state(&d, &s, 5);
+    }
+}

@@ -217,6 +217,9 @@ fn reads(s: &Stmt, var: u32) -> bool {
                 index.uses_var(var) || value.uses_var(var)
             }
             Stmt::If { cond, .. } => cond.uses_var(var),
+            // A prefetch's address follows the loads it runs ahead of (a random trace can
+            // bind an axis of a stage that prefetches to a virtual thread).
+            Stmt::Prefetch { index, .. } => index.uses_var(var),
             _ => false,
         }
     });
