@@ -202,6 +202,26 @@ fn hand_matmul_schedule_is_correct() {
     }
 }
 
+/// Softmax (0 X, 1 row_max, 2 exp, 3 row_sum, 4 Y) a row at a time, as the row-wise sketch
+/// makes it: every stage at the output's row, `exp` in vectors of `lanes`, prefetching the
+/// input's next row into L1 and, with `l2`, the row after into L2.
+fn softmax_rows_prefetched(
+    s: &mut State,
+    lanes: i64,
+    l2: bool,
+) -> Result<(), tensortune_schedules::schedule::ScheduleError> {
+    s.compute_at(3, 4, 0)?;
+    s.split(2, 1, &[lanes])?;
+    s.compute_at(2, 4, 0)?;
+    s.compute_at(1, 4, 0)?;
+    s.vectorize(2, 2)?;
+    s.prefetch(2, 0, 0, 1)?;
+    if l2 {
+        s.prefetch_to(2, 0, 0, 2, tensortune_schedules::ir::PrefetchLevel::L2)?;
+    }
+    Ok(())
+}
+
 /// A softmax computed a row at a time whose `exp` prefetches the input's next row (the
 /// search's row-wise sketch with its prefetch hole at 1): the output matches the evaluator,
 /// the last row's prefetch past the end of the input faults nothing, and the assembly has
@@ -209,7 +229,6 @@ fn hand_matmul_schedule_is_correct() {
 /// once per 16 floats, so four for a vector of 64 (one vector, four cache lines).
 #[test]
 fn next_row_prefetch_runs_and_matches() {
-    // softmax: 0 X, 1 row_max, 2 exp, 3 row_sum, 4 Y.
     for (spec, lanes) in [
         ("softmax:M=5,N=37", 16),
         ("softmax:M=3,N=64", 16),
@@ -217,15 +236,7 @@ fn next_row_prefetch_runs_and_matches() {
     ] {
         let d = dag(spec);
         let mut s = State::new(&d);
-        let sched = |s: &mut State| -> Result<(), tensortune_schedules::schedule::ScheduleError> {
-            s.compute_at(3, 4, 0)?;
-            s.split(2, 1, &[lanes])?;
-            s.compute_at(2, 4, 0)?;
-            s.compute_at(1, 4, 0)?;
-            s.vectorize(2, 2)?;
-            s.prefetch(2, 0, 0, 1)
-        };
-        sched(&mut s).unwrap_or_else(|e| panic!("{spec}: {e}"));
+        softmax_rows_prefetched(&mut s, lanes, false).unwrap_or_else(|e| panic!("{spec}: {e}"));
         let f = check(spec, &d, &s, 11, 1);
         let vectors = (d.op(d.outputs()[0]).shape[1] + lanes - 1) / lanes;
         let opts = tensortune::codegen::CodegenOptions::default();
@@ -252,21 +263,10 @@ fn next_row_prefetch_runs_and_matches() {
 /// and on x86 the second is `prefetcht1` (`llvm.prefetch` with locality 2), one per line.
 #[test]
 fn row_after_next_into_l2_runs_and_matches() {
-    use tensortune_schedules::ir::PrefetchLevel;
-    // softmax: 0 X, 1 row_max, 2 exp, 3 row_sum, 4 Y.
     for spec in ["softmax:M=5,N=37", "softmax:M=4,N=128"] {
         let d = dag(spec);
         let mut s = State::new(&d);
-        let sched = |s: &mut State| -> Result<(), tensortune_schedules::schedule::ScheduleError> {
-            s.compute_at(3, 4, 0)?;
-            s.split(2, 1, &[16])?;
-            s.compute_at(2, 4, 0)?;
-            s.compute_at(1, 4, 0)?;
-            s.vectorize(2, 2)?;
-            s.prefetch(2, 0, 0, 1)?;
-            s.prefetch_to(2, 0, 0, 2, PrefetchLevel::L2)
-        };
-        sched(&mut s).unwrap_or_else(|e| panic!("{spec}: {e}"));
+        softmax_rows_prefetched(&mut s, 16, true).unwrap_or_else(|e| panic!("{spec}: {e}"));
         let f = check(spec, &d, &s, 12, 1);
         let opts = tensortune::codegen::CodegenOptions::default();
         let ir = tensortune::codegen::llvm::emit_llvm_ir(&f, &opts).expect("ir");

@@ -404,9 +404,9 @@ impl<'ctx> Gen<'ctx, '_> {
     }
 
     /// `llvm.prefetch` of `buf[index]`'s line for reading into `level` (x86's `prefetcht0`,
-    /// `prefetcht1` or `prefetcht2`). In a vectorized loop, every line the lanes' elements lie on: one per
-    /// 64 bytes from lane 0's for contiguous lanes (a loop of 64 floats emitted as one
-    /// vector spans four), one per lane (at most 16) for strided ones.
+    /// `prefetcht1` or `prefetcht2`). In a vectorized loop, every line the lanes' elements
+    /// lie on: one per 64 bytes from lane 0's for contiguous lanes (a loop of 64 floats
+    /// emitted as one vector spans four), one per lane (at most 16) for strided ones.
     fn prefetch(&mut self, buf: BufId, index: &Expr, level: PrefetchLevel) -> Res<()> {
         let elem = self.mem_bytes(self.decl(buf)?.dtype).max(1) as i64;
         let (first, offsets): (IntValue<'ctx>, Vec<i64>) = match &self.vec {
@@ -463,6 +463,7 @@ impl<'ctx> Gen<'ctx, '_> {
         Ok(())
     }
 
+    /// Address of `buf[index]` for a scalar index.
     pub(super) fn elem_ptr(&mut self, buf: BufId, index: &Expr) -> Res<PointerValue<'ctx>> {
         let base = self.buf_ptr(buf)?;
         let ty = self.mem_ty(self.decl(buf)?.dtype);
