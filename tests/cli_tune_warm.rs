@@ -115,6 +115,14 @@ fn a_new_shape_starts_from_the_other_workloads_records_unless_told_otherwise() {
         mean.as_f64().is_some_and(|a| (0.0..=1.0).contains(&a)),
         "{eval}"
     );
+    // Each workload says how many of its pairs are more than 5% apart (the unit tests of
+    // `share_of_pairs_apart` check the count itself).
+    let workloads = eval["eval"]["workloads"].as_array().expect("workloads");
+    assert!(!workloads.is_empty(), "{eval}");
+    for w in workloads {
+        let share = w["pairs_apart_share"].as_f64();
+        assert!(share.is_some_and(|x| (0.0..=1.0).contains(&x)), "{w}");
+    }
 
     // Records of another target (here: two threads) are not trained on: a model of one
     // machine's timings must not rank another's.

@@ -22,7 +22,9 @@ use rand::SeedableRng;
 use serde::Serialize;
 
 use crate::error::ModelError;
-use crate::metrics::{pairwise_accuracy, pairwise_accuracy_apart, spearman, top_k_recall};
+use crate::metrics::{
+    pairwise_accuracy, pairwise_accuracy_apart, share_of_pairs_apart, spearman, top_k_recall,
+};
 use crate::model::analytic::AnalyticModel;
 use crate::model::gbdt::{GbdtModel, GbdtOptions, Objective};
 use crate::model::random::RandomModel;
@@ -129,6 +131,10 @@ pub struct WorkloadEval {
     pub train: usize,
     /// Samples tested.
     pub test: usize,
+    /// Of the test set's pairs with different throughputs, the share more than 5% apart
+    /// ([`PAIRS_APART`], [`share_of_pairs_apart`]): the rest are near-ties that timing noise
+    /// orders about as often one way as the other, for every model.
+    pub pairs_apart_share: Option<f64>,
     /// Per model (`gbdt-<objective>`, `random`): the test figures.
     pub models: BTreeMap<String, RankingMetrics>,
 }
@@ -247,6 +253,10 @@ pub fn evaluate(samples: &[Sample], opts: &EvalOptions) -> Result<EvalReport, Mo
             workload: workload.to_string(),
             train: train.len(),
             test: test.len(),
+            pairs_apart_share: share_of_pairs_apart(
+                &test.iter().map(|s| s.throughput).collect::<Vec<_>>(),
+                PAIRS_APART,
+            ),
             models: score(&train, &test, opts)?,
         });
     }

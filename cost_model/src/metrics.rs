@@ -3,7 +3,8 @@
 //! All three compare two slices of equal length, `pred[i]` and `truth[i]` for program `i`:
 //! - [`pairwise_accuracy`]: over the pairs with different true throughput, the fraction the
 //!   scores order the same way (a tie in the scores counts one half). 0.5 is chance.
-//!   [`pairwise_accuracy_apart`]: the same over the pairs more than a factor apart.
+//!   [`pairwise_accuracy_apart`]: the same over the pairs more than a factor apart, and
+//!   [`share_of_pairs_apart`] how many of the pairs those are.
 //! - [`spearman`]: Pearson correlation of the ranks (ties get their average rank).
 //! - [`top_k_recall`]: of the `k` truly fastest programs, the fraction among the `k` best
 //!   scored (ties broken by position, so a constant predictor gets no free hits).
@@ -37,6 +38,27 @@ pub fn pairwise_accuracy_apart(pred: &[f64], truth: &[f64], ratio: f64) -> Optio
         }
     }
     (pairs > 0).then(|| correct / pairs as f64)
+}
+
+/// Of the pairs with different true values, the share more than the factor `ratio` apart;
+/// `None` when no pair differs. How much of [`pairwise_accuracy`] rests on pairs that one
+/// timing can tell apart: where most of a tuning run's programs lie within a few percent of
+/// each other, the rest are coin flips for any model scored against one timing.
+pub fn share_of_pairs_apart(truth: &[f64], ratio: f64) -> Option<f64> {
+    let mut differ = 0u64;
+    let mut apart = 0u64;
+    for (i, &a) in truth.iter().enumerate() {
+        for &b in &truth[i + 1..] {
+            if a == b {
+                continue;
+            }
+            differ += 1;
+            if a.max(b) > a.min(b) * ratio {
+                apart += 1;
+            }
+        }
+    }
+    (differ > 0).then(|| apart as f64 / differ as f64)
 }
 
 /// Ranks from 1, ties averaged.
@@ -108,6 +130,19 @@ pub fn top_k_recall(pred: &[f64], truth: &[f64], k: usize) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn share_of_pairs_apart_counts_differing_pairs_only() {
+        // Pairs (1, 1.01) and (2, 2.04) are within 5%; (1, 2) and the others are not; the
+        // tie (2, 2) does not count.
+        let t = [1.0, 1.01, 2.0, 2.04, 2.0];
+        // Differing pairs: 10 in all less the one tie = 9. Within 5%: (1, 1.01), (2, 2.04)
+        // twice (both 2s): 3. Apart: 6 of 9.
+        assert_eq!(share_of_pairs_apart(&t, 1.05), Some(6.0 / 9.0));
+        assert_eq!(share_of_pairs_apart(&t, 1.0), Some(1.0));
+        assert_eq!(share_of_pairs_apart(&[3.0; 4], 1.05), None);
+        assert_eq!(share_of_pairs_apart(&[], 1.05), None);
+    }
 
     #[test]
     fn perfect_reversed_and_tied() {

@@ -175,12 +175,13 @@ fn row(
     out: &mut dyn Write,
     label: &str,
     counts: &str,
+    apart: &str,
     name: &str,
     m: &RankingMetrics,
 ) -> std::io::Result<()> {
     writeln!(
         out,
-        "{label:<48} {counts:>11}  {name:<18} {:>8} {:>8} {:>8} {:>6}",
+        "{label:<48} {counts:>11} {apart:>6}  {name:<18} {:>8} {:>8} {:>8} {:>6}",
         fmt(m.pairwise_accuracy),
         fmt(m.pairwise_accuracy_apart),
         fmt(m.spearman),
@@ -277,26 +278,43 @@ pub fn eval(args: &EvalArgs, out: &mut dyn Write) -> Result<(), CliError> {
     .map_err(io)?;
     writeln!(
         out,
-        "{:<48} {:>11}  {:<18} {:>8} {:>8} {:>8} {:>6}",
-        "workload", "train/test", "model", "pairwise", "pw >5%", "spearman", "top-5"
+        "{:<48} {:>11} {:>6}  {:<18} {:>8} {:>8} {:>8} {:>6}",
+        "workload", "train/test", ">5%", "model", "pairwise", "pw >5%", "spearman", "top-5"
     )
     .map_err(io)?;
     for w in &report.workloads {
         let counts = format!("{}/{}", w.train, w.test);
+        let apart = w
+            .pairs_apart_share
+            .map_or_else(|| "-".to_string(), |x| format!("{:.0}%", 100.0 * x));
         for (i, (name, m)) in w.models.iter().enumerate() {
-            let (label, c) = if i == 0 {
-                (w.workload.as_str(), counts.as_str())
+            let (label, c, a) = if i == 0 {
+                (w.workload.as_str(), counts.as_str(), apart.as_str())
             } else {
-                ("", "")
+                ("", "", "")
             };
-            row(out, label, c, name, m).map_err(io)?;
+            row(out, label, c, a, name, m).map_err(io)?;
         }
     }
+    let shares: Vec<f64> = report
+        .workloads
+        .iter()
+        .filter_map(|w| w.pairs_apart_share)
+        .collect();
+    let mean_apart = if shares.is_empty() {
+        "-".to_string()
+    } else {
+        format!(
+            "{:.0}%",
+            100.0 * shares.iter().sum::<f64>() / shares.len() as f64
+        )
+    };
     for (i, (name, m)) in report.mean.iter().enumerate() {
         row(
             out,
             if i == 0 { "mean over workloads" } else { "" },
             "",
+            if i == 0 { mean_apart.as_str() } else { "" },
             name,
             m,
         )
