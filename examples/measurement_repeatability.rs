@@ -5,8 +5,11 @@
 //! model eval` scores its models. Pairs whose stored timings differ by little are coin flips
 //! for any model; the table says how many there are and what the rest reach.
 //!
-//! `cargo run --release --example measurement_repeatability -- tuning.db conv2d:N=1,C=64,...`
-//! (the records of one thread on this CPU; pin it, e.g. `taskset -c 1`).
+//! `cargo run --release --example measurement_repeatability -- tuning.db conv2d:N=1,C=64,...
+//! [timings.csv]` (the records of one thread on this CPU; pin it, e.g. `taskset -c 1`). With a
+//! third argument it also writes every timed record's uid, stored and new median seconds
+//! there (written beside it, then renamed into place), for scoring a model against both
+//! timings.
 
 use tensortune::backend::Purpose;
 use tensortune::measure::CpuMeasurer;
@@ -18,8 +21,10 @@ use tensortune_cost_model::metrics::{pairwise_accuracy_apart, spearman};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let [db, spec] = args.as_slice() else {
-        return Err("usage: measurement_repeatability DB WORKLOAD".into());
+    let (db, spec, csv) = match args.as_slice() {
+        [db, spec] => (db, spec, None),
+        [db, spec, csv] => (db, spec, Some(csv)),
+        _ => return Err("usage: measurement_repeatability DB WORKLOAD [OUT.csv]".into()),
     };
     let spec = WorkloadSpec::parse(spec)?;
     let dag = spec.build()?;
@@ -27,6 +32,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let key = tensortune::backend::Backend::target_key(&target).to_string();
     let db = Database::open_read_only(db)?;
     let mut states = Vec::new();
+    let mut uids = Vec::new();
     let mut stored = Vec::new();
     let mut once = Vec::new();
     for r in db.records(&spec.canonical(), &key)? {
@@ -37,6 +43,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             continue;
         };
         states.push(state);
+        uids.push(r.uid.clone());
         stored.push(t.median_s);
         // A cut-short record was timed once (the hopeless cutoff): its time is rough.
         once.push(t.repeats < 2);
@@ -58,6 +65,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         once.iter().filter(|o| **o).count(),
         t0.elapsed().as_secs_f64()
     );
+    if let Some(path) = csv {
+        let mut text = String::from("uid,stored_s,again_s\n");
+        for ((uid, s), g) in uids.iter().zip(&stored).zip(&again) {
+            let g = g.map_or(String::new(), |g| g.to_string());
+            text.push_str(&format!("{uid},{s},{g}\n"));
+        }
+        let tmp = format!("{path}.tmp");
+        std::fs::write(&tmp, text)?;
+        std::fs::rename(&tmp, path)?;
+    }
     println!("| pairs | share of pairs | pairwise accuracy | Spearman |");
     println!("| --- | ---: | ---: | ---: |");
     for (label, keep_once) in [("all timed records", true), ("timed in full", false)] {
