@@ -19,6 +19,12 @@ use tensortune::tuner::measure::Measurer;
 use tensortune::{Target, WorkloadSpec};
 use tensortune_cost_model::metrics::{pairwise_accuracy_apart, spearman};
 
+/// The `tensortune` binary's allocator: kernels take their large temporaries (packed
+/// operands) from it, so under another allocator the same program can time differently
+/// from how tuning timed it.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (db, spec, csv) = match args.as_slice() {
