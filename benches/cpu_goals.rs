@@ -167,6 +167,12 @@ fn main() {
         p.read_gbs_all,
         p.parallel_loop_us
     );
+    if let Some(dot) = p.bf16_dot_gflops_1t {
+        println!(
+            "probe: bf16 dot-product peak {dot:.1} GFLOP/s on 1 thread ({:.2}x the FMA peak)",
+            dot / p.fma_gflops_1t.max(1e-9)
+        );
+    }
     let have_numpy = numpy_available();
     if !have_numpy {
         println!("numpy: python3 with numpy not found; the numpy columns stay empty");
@@ -250,11 +256,18 @@ fn main() {
             f32_1024 = Some(gflops);
         }
         if row.name == "matmul1024-bf16" {
-            // bf16 pairs run two products per f32 lane: the FMA peak is not this row's ceiling.
+            // bf16 pairs run two products per f32 lane: the FMA peak is not this row's ceiling,
+            // the probe's bf16 dot-product peak is (where the CPU has one).
             if let Some(f) = f32_1024 {
                 println!(
                     "|  | bf16 inputs / f32 = {:.2} |  |  |  |  |  |  |  |  |  |",
                     gflops / f
+                );
+            }
+            if let Some(dot) = p.bf16_dot_gflops_1t {
+                println!(
+                    "|  | of the bf16 dot-product peak ({dot:.1} GFLOP/s) = {:.2} |  |  |  |  |  |  |  |  |  |",
+                    gflops / dot
                 );
             }
         }

@@ -1,5 +1,6 @@
 //! What this machine can do at best, measured rather than read off a datasheet: the f32 FMA
-//! peak (independent vector FMA chains at the widest vector width the CPU has), the memory
+//! peak (independent vector FMA chains at the widest vector width the CPU has), where the CPU
+//! has AVX-512 BF16 the peak of its bf16 dot products (what `dtype=bf16` products run on), the memory
 //! bandwidth of a copy, of a triad and of a read-only sum over buffers far larger than the
 //! last-level cache, both on one thread and on all of them, and the overhead of an empty
 //! parallel loop of the kernel runtime ([`crate::Runtime`]). Tuned kernels are quoted as fractions of these figures,
@@ -52,6 +53,12 @@ pub struct ProbeReport {
     pub fma_gflops_1t: f64,
     /// f32 FMA peak of `threads` threads together, GFLOP/s.
     pub fma_gflops_all: f64,
+    /// Peak of AVX-512 BF16's dot product of bf16 pairs into f32 (`vdpbf16ps` on 16 lanes,
+    /// independent chains) on one thread, GFLOP/s, each product and its sum two flops (64 an
+    /// instruction); `None` where the CPU lacks AVX-512 BF16. Its ratio to
+    /// [`ProbeReport::fma_gflops_1t`] is what bf16 inputs can gain on compute: 2 on a core
+    /// that issues it as often as an FMA, 1 or less where it has fewer pipes for it.
+    pub bf16_dot_gflops_1t: Option<f64>,
     /// Bytes of each bandwidth array.
     pub buffer_bytes: usize,
     /// The largest cache level's size in bytes, where the OS says (`None` otherwise).
@@ -166,6 +173,10 @@ pub fn probe(opts: &ProbeOptions) -> Result<ProbeReport, ProbeError> {
     let fma = fma_kernel();
     let fma_gflops_1t = best_of(opts.repeats, || fma_rate(fma, 1, opts.fma_seconds))?;
     let fma_gflops_all = best_of(opts.repeats, || fma_rate(fma, threads, opts.fma_seconds))?;
+    let bf16_dot_gflops_1t = match bf16_dot_kernel() {
+        Some(k) => Some(best_of(opts.repeats, || fma_rate(k, 1, opts.fma_seconds))?),
+        None => None,
+    };
     let mut bufs = Buffers::new(buffer_bytes / 4)?;
     let copy_gbs_1t = best_of(opts.repeats, || bufs.rate(Stream::Copy, 1))?;
     let copy_gbs_all = best_of(opts.repeats, || bufs.rate(Stream::Copy, threads))?;
@@ -182,6 +193,7 @@ pub fn probe(opts: &ProbeOptions) -> Result<ProbeReport, ProbeError> {
         threads,
         fma_gflops_1t,
         fma_gflops_all,
+        bf16_dot_gflops_1t,
         buffer_bytes,
         last_level_cache_bytes: llc,
         copy_gbs_1t,
@@ -261,6 +273,22 @@ fn fma_kernel() -> FmaKernel {
     }
 }
 
+/// The bf16 dot-product kernel, where the CPU has AVX-512 BF16 (as the code generator sees
+/// it, so that the probe measures what `dtype=bf16` programs are compiled to). Its `lanes`
+/// are the products of one instruction, so that [`fma_rate`]'s two flops a lane count a
+/// product and its sum.
+fn bf16_dot_kernel() -> Option<FmaKernel> {
+    #[cfg(target_arch = "x86_64")]
+    if crate::codegen::HostTarget::host().has_feature("avx512bf16") {
+        return Some(FmaKernel {
+            isa: "avx512bf16",
+            lanes: 32,
+            run: x86::bf16_dot_checked,
+        });
+    }
+    None
+}
+
 /// Scalar chains: what a machine without the vector sets above can be held to.
 fn fma_scalar(iters: u64) -> f32 {
     let (m, c) = std::hint::black_box((0.999_999f32, 1e-6f32));
@@ -282,6 +310,109 @@ mod x86 {
     pub(super) fn fma_avx512_checked(iters: u64) -> f32 {
         // SAFETY: `fma_kernel` returns this function only when the CPU has AVX-512F.
         unsafe { fma_avx512(iters) }
+    }
+
+    /// The bf16 dot-product kernel; only handed out where the host has AVX-512 BF16.
+    pub(super) fn bf16_dot_checked(iters: u64) -> f32 {
+        // SAFETY: `bf16_dot_kernel` returns this function only when the CPU has AVX-512 BF16
+        // (which implies AVX-512F).
+        unsafe { bf16_dot(iters) }
+    }
+
+    /// bf16 bits of 1.0 and 0.5, and of 2⁻¹⁰ twice: each step adds 1.5 · 2⁻¹⁰ to every
+    /// lane, exact in f32 for the few thousand steps of the test.
+    pub(super) const BF16_DOT_A: u32 = 0x3F00_3F80;
+    /// See `BF16_DOT_A`.
+    pub(super) const BF16_DOT_B: u32 = 0x3A80_3A80;
+
+    /// 16 register-resident chains of `vdpbf16ps` (acc += a₀b₀ + a₁b₁ in each of 16 lanes),
+    /// in assembly for the reasons of `fma_avx512`; returns the sum of every lane.
+    unsafe fn bf16_dot(iters: u64) -> f32 {
+        let (a, b) = std::hint::black_box((BF16_DOT_A, BF16_DOT_B));
+        let mut out = [0.0f32; 16];
+        // SAFETY: the caller checked AVX-512 BF16; the block reads `a` and `b`, writes the 64
+        // bytes of `out`, and declares every register it changes.
+        unsafe {
+            std::arch::asm!(
+            "vpbroadcastd zmm16, dword ptr [{a}]",
+            "vpbroadcastd zmm17, dword ptr [{b}]",
+            "vpxord zmm0, zmm0, zmm0",
+            "vpxord zmm1, zmm1, zmm1",
+            "vpxord zmm2, zmm2, zmm2",
+            "vpxord zmm3, zmm3, zmm3",
+            "vpxord zmm4, zmm4, zmm4",
+            "vpxord zmm5, zmm5, zmm5",
+            "vpxord zmm6, zmm6, zmm6",
+            "vpxord zmm7, zmm7, zmm7",
+            "vpxord zmm8, zmm8, zmm8",
+            "vpxord zmm9, zmm9, zmm9",
+            "vpxord zmm10, zmm10, zmm10",
+            "vpxord zmm11, zmm11, zmm11",
+            "vpxord zmm12, zmm12, zmm12",
+            "vpxord zmm13, zmm13, zmm13",
+            "vpxord zmm14, zmm14, zmm14",
+            "vpxord zmm15, zmm15, zmm15",
+            "2:",
+            "vdpbf16ps zmm0, zmm16, zmm17",
+            "vdpbf16ps zmm1, zmm16, zmm17",
+            "vdpbf16ps zmm2, zmm16, zmm17",
+            "vdpbf16ps zmm3, zmm16, zmm17",
+            "vdpbf16ps zmm4, zmm16, zmm17",
+            "vdpbf16ps zmm5, zmm16, zmm17",
+            "vdpbf16ps zmm6, zmm16, zmm17",
+            "vdpbf16ps zmm7, zmm16, zmm17",
+            "vdpbf16ps zmm8, zmm16, zmm17",
+            "vdpbf16ps zmm9, zmm16, zmm17",
+            "vdpbf16ps zmm10, zmm16, zmm17",
+            "vdpbf16ps zmm11, zmm16, zmm17",
+            "vdpbf16ps zmm12, zmm16, zmm17",
+            "vdpbf16ps zmm13, zmm16, zmm17",
+            "vdpbf16ps zmm14, zmm16, zmm17",
+            "vdpbf16ps zmm15, zmm16, zmm17",
+            "dec {n}",
+            "jnz 2b",
+            "vaddps zmm0, zmm0, zmm1",
+            "vaddps zmm0, zmm0, zmm2",
+            "vaddps zmm0, zmm0, zmm3",
+            "vaddps zmm0, zmm0, zmm4",
+            "vaddps zmm0, zmm0, zmm5",
+            "vaddps zmm0, zmm0, zmm6",
+            "vaddps zmm0, zmm0, zmm7",
+            "vaddps zmm0, zmm0, zmm8",
+            "vaddps zmm0, zmm0, zmm9",
+            "vaddps zmm0, zmm0, zmm10",
+            "vaddps zmm0, zmm0, zmm11",
+            "vaddps zmm0, zmm0, zmm12",
+            "vaddps zmm0, zmm0, zmm13",
+            "vaddps zmm0, zmm0, zmm14",
+            "vaddps zmm0, zmm0, zmm15",
+            "vmovups zmmword ptr [{out}], zmm0",
+            a = in(reg) &a,
+            b = in(reg) &b,
+            out = in(reg) out.as_mut_ptr(),
+            n = inout(reg) iters.max(1) => _,
+            out("zmm0") _,
+            out("zmm1") _,
+            out("zmm2") _,
+            out("zmm3") _,
+            out("zmm4") _,
+            out("zmm5") _,
+            out("zmm6") _,
+            out("zmm7") _,
+            out("zmm8") _,
+            out("zmm9") _,
+            out("zmm10") _,
+            out("zmm11") _,
+            out("zmm12") _,
+            out("zmm13") _,
+            out("zmm14") _,
+            out("zmm15") _,
+            out("zmm16") _,
+            out("zmm17") _,
+            options(nostack),
+            );
+        }
+        out.iter().sum()
     }
 
     /// The AVX2 kernel; only handed out after AVX2 and FMA were detected.
@@ -665,6 +796,24 @@ mod tests {
     }
 
     #[test]
+    fn the_bf16_dot_kernel_computes_the_chains_it_claims() {
+        // Every lane of every chain adds 1·2⁻¹⁰ + 0.5·2⁻¹⁰ a step from 0; the bf16 bits
+        // decoded here independently of the kernel. Exact in f32 at this count.
+        let Some(k) = bf16_dot_kernel() else {
+            eprintln!("skipped: this CPU has no AVX-512 BF16");
+            return;
+        };
+        let bf16 = |bits: u32| f32::from_bits(bits << 16) as f64;
+        let (a, b) = (x86::BF16_DOT_A, x86::BF16_DOT_B);
+        let per_step = bf16(a & 0xFFFF) * bf16(b & 0xFFFF) + bf16(a >> 16) * bf16(b >> 16);
+        assert_eq!(per_step, 1.5 / 1024.0);
+        let iters = 1000u64;
+        let want = per_step * iters as f64 * (CHAINS * 16) as f64;
+        assert_eq!((k.run)(iters) as f64, want);
+        assert_eq!(k.lanes, 32);
+    }
+
+    #[test]
     fn the_read_pass_sums_every_element_once() {
         // Lengths around the parts' and lanes' multiples: a skipped or doubled element would
         // change the sum, which small integers keep exact in f32.
@@ -684,6 +833,7 @@ mod tests {
             threads: 1,
             fma_gflops_1t: 1.0,
             fma_gflops_all: 1.0,
+            bf16_dot_gflops_1t: None,
             buffer_bytes: 0,
             last_level_cache_bytes: None,
             copy_gbs_1t: 24.0,
@@ -730,6 +880,15 @@ mod tests {
             ("read all", r.read_gbs_all),
         ] {
             assert!(v.is_finite() && v > 0.0, "{name}: {v}");
+        }
+        // Measured exactly where the code generator would emit the dot product.
+        assert_eq!(
+            r.bf16_dot_gflops_1t.is_some(),
+            cfg!(target_arch = "x86_64")
+                && crate::codegen::HostTarget::host().has_feature("avx512bf16")
+        );
+        if let Some(v) = r.bf16_dot_gflops_1t {
+            assert!(v.is_finite() && v > 0.0, "bf16 dot: {v}");
         }
         // An overhead: what a loop costs beyond its work, never negative.
         assert!(r.parallel_loop_us.is_finite() && r.parallel_loop_us >= 0.0);

@@ -59,6 +59,14 @@ pub fn probe(args: &ProbeArgs, out: &mut dyn Write) -> Result<(), CliError> {
         r.fma_gflops_1t, r.fma_gflops_all, r.isa, r.lanes
     )
     .map_err(io)?;
+    if let Some(dot) = r.bf16_dot_gflops_1t {
+        writeln!(
+            out,
+            "bf16 dot peak  {dot:.1} GFLOP/s on 1 thread ({:.2}x the f32 FMA peak; vdpbf16ps, bf16 pairs into f32)",
+            dot / r.fma_gflops_1t.max(1e-9)
+        )
+        .map_err(io)?;
+    }
     writeln!(
         out,
         "copy           {:.1} GB/s on 1 thread, {:.1} on {t} (arrays of {} MiB)",
