@@ -66,15 +66,28 @@ def main():
     a = ap.parse_args()
     ints = lambda s: [int(v) for v in s.split(",") if v.strip()]
 
-    data = np.loadtxt(a.prefix + ".rows.csv", delimiter=",", dtype=np.float64, ndmin=2)
+    rows = a.prefix + ".rows.csv"
+    try:
+        data = np.loadtxt(rows, delimiter=",", dtype=np.float64, ndmin=2)
+    except OSError as e:
+        sys.exit(f"ranking_replica: cannot read {rows} ({e.strerror or e}); write it with "
+                 "`cargo run --release --example feature_rows -- DB PREFIX`")
+    except ValueError as e:
+        sys.exit(f"ranking_replica: {rows} is not a CSV of numbers: {e}")
     if a.only:
         data = data[np.isin(data[:, 0].astype(int), ints(a.only))]
+    if len(np.unique(data[:, 0])) < 2:
+        sys.exit("ranking_replica: fewer than two workloads to hold out and train on")
     w = data[:, 0].astype(int)
     thr = data[:, 1]
     x = data[:, 2:].astype(np.float32)
     if a.relative != "none":
         if a.relative.startswith("random"):
-            rnd = np.loadtxt(a.prefix + ".random.csv", delimiter=",", dtype=np.float32, ndmin=2)
+            try:
+                rnd = np.loadtxt(a.prefix + ".random.csv", delimiter=",", dtype=np.float32,
+                                 ndmin=2)
+            except OSError as e:
+                sys.exit(f"ranking_replica: cannot read {a.prefix}.random.csv ({e.strerror or e})")
         rel = np.zeros_like(x)
         for k in np.unique(w):
             m = w == k
@@ -106,6 +119,9 @@ def main():
                 params[k] = v
 
     held = ints(a.held_out) or sorted(set(w.tolist()))
+    missing = sorted(set(held) - set(w.tolist()))
+    if missing:
+        sys.exit(f"ranking_replica: no rows of workload(s) {missing} to hold out")
     all_pairs, apart = [], []
     for k in held:
         train = w != k
