@@ -1,7 +1,7 @@
 //! What this machine can do at best, measured rather than read off a datasheet: the f32 FMA
 //! peak (independent vector FMA chains at the widest vector width the CPU has), where the CPU
-//! has AVX-512 BF16 the peak of its bf16 dot products (what `dtype=bf16` products run on), the memory
-//! bandwidth of a copy, of a triad and of a read-only sum over buffers far larger than the
+//! has AVX-512 BF16 the peak of its bf16 dot products (what `dtype=bf16` products run on),
+//! the memory bandwidth of a copy, of a triad and of a read-only sum over buffers far larger than the
 //! last-level cache, both on one thread and on all of them, and the overhead of an empty
 //! parallel loop of the kernel runtime ([`crate::Runtime`]). Tuned kernels are quoted as fractions of these figures,
 //! measured in the same run (`tensortune probe`, `cargo bench --bench cpu_goals`), because an
