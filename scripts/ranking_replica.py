@@ -12,7 +12,7 @@ as `model eval` does (a tie in the prediction counts half).
 
   python3 scripts/ranking_replica.py PREFIX [--only 0,2,4] [--held-out 0,2] \
       [--relative none|group-percentile|group-median|random-percentile|random-median] \
-      [--rounds 100] [--param max_depth=8 ...]
+      [--rounds 100] [--param max_depth=8 ...] [--extra PREFIX.hot.csv]
 
 --only keeps those workloads (indices that feature_rows printed) and drops the rest;
 --held-out scores those only (the others still train). --relative appends to each row its
@@ -20,7 +20,10 @@ columns relative to a reference per workload: the workload's own rows (group-*: 
 evaluated set itself looks like, known at ranking time but shifting as a search goes on) or
 its random programs (random-*: fixed by the workload alone); percentile places each value
 among the reference's, median subtracts the reference's median (the columns are log2
-scaled, so that is a ratio). Needs numpy and xgboost (pip install numpy xgboost).
+scaled, so that is a ratio). --extra appends the columns of a CSV with one line per row (as
+`cargo run --release --example hot_loops -- DB PREFIX` writes: what the compiler made of
+each record's hottest loop), log2 scaled as the rows are, plus their ratios to its first
+column (per FMA). Needs numpy and xgboost (pip install numpy xgboost).
 """
 import argparse
 import sys
@@ -63,6 +66,7 @@ def main():
     )
     ap.add_argument("--rounds", type=int, default=100)
     ap.add_argument("--param", action="append", default=[])
+    ap.add_argument("--extra", default="")
     a = ap.parse_args()
     ints = lambda s: [int(v) for v in s.split(",") if v.strip()]
 
@@ -74,6 +78,16 @@ def main():
                  "`cargo run --release --example feature_rows -- DB PREFIX`")
     except ValueError as e:
         sys.exit(f"ranking_replica: {rows} is not a CSV of numbers: {e}")
+    if a.extra:
+        try:
+            extra = np.loadtxt(a.extra, delimiter=",", dtype=np.float64, ndmin=2)
+        except (OSError, ValueError) as e:
+            sys.exit(f"ranking_replica: cannot read {a.extra} as a CSV of numbers ({e})")
+        if len(extra) != len(data):
+            sys.exit(f"ranking_replica: {a.extra} has {len(extra)} lines, {rows} {len(data)}")
+        per_fma = extra[:, 1:] / np.maximum(extra[:, :1], 1)
+        extra = np.concatenate([extra, per_fma], 1)
+        data = np.concatenate([data, np.sign(extra) * np.log2(1 + np.abs(extra))], 1)
     if a.only:
         data = data[np.isin(data[:, 0].astype(int), ints(a.only))]
     if len(np.unique(data[:, 0])) < 2:
