@@ -24,7 +24,6 @@ use tensortune::records::Database;
 use tensortune::schedules::lower::lower;
 use tensortune::schedules::trace::Trace;
 use tensortune::{Target, WorkloadSpec};
-use tensortune_cost_model::dataset::sample_from_record;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -48,15 +47,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             continue;
         };
         for r in &records {
-            // The same records as `samples_from_records`, so that row i here is row i there.
-            if sample_from_record(r, &dag).is_err() {
-                continue;
-            }
-            let asm = Trace::from_json(&r.trace_json)
+            // `samples_from_records` keeps exactly the records whose trace parses, replays and
+            // lowers, so that row i here is row i there.
+            let Some(func) = Trace::from_json(&r.trace_json)
                 .ok()
                 .and_then(|t| t.replay(&dag).ok())
                 .and_then(|s| lower(&s).ok())
-                .and_then(|f| emit_asm(&f, &opts).ok());
+            else {
+                continue;
+            };
+            let asm = emit_asm(&func, &opts).ok();
             let hot = asm.as_deref().and_then(hottest_loop);
             let mut row = [0.0f64; 6];
             if let Some(h) = &hot {
