@@ -198,6 +198,39 @@ pub struct Remeasured {
     pub tuning_latency_s: f64,
     /// The median of its re-measured latencies, seconds (`None`: every re-measure failed).
     pub latency_s: Option<f64>,
+    /// The rounds of re-measurement (each timed it once): [`REMEASURE_ROUNDS`]`.0`, or more
+    /// where they disagreed.
+    pub rounds: usize,
+}
+
+/// The fewest and the most rounds of re-measurement at the end of tuning. A round times each
+/// of the top programs and the default once (on the CPU each timing the median of five of at
+/// least 100 ms), so three rounds' median already ignores one round slowed by the host; a
+/// burst of other work on the host that spans two rounds of a short kernel (it can last
+/// seconds, docs/measurements.md) moves that median by up to a fifth, which more rounds,
+/// taken only while the rounds disagree, outlast.
+pub const REMEASURE_ROUNDS: (usize, usize) = (3, 9);
+
+/// How far the fastest program's median over the rounds may sit above its fastest round
+/// before another round is taken: twice the 1.5% that one program's timings spread from round
+/// to round on a quiet host (docs/measurements.md), so a quiet host stops at the fewest.
+const REMEASURE_AGREEMENT: f64 = 1.03;
+
+/// True while the rounds so far disagree on the program they make fastest: its median over the
+/// rounds (what is reported) is more than [`REMEASURE_AGREEMENT`] above its fastest round.
+/// Other work on the host only ever slows a timing, so a median that far above the fastest
+/// round says that at least half the rounds ran slowed. `per` holds each program's timings,
+/// one a round (a failed timing is missing); no timing at all asks for no more rounds.
+pub(crate) fn more_rounds_needed(per: &[Vec<f64>]) -> bool {
+    let median_and_min = |v: &[f64]| -> Option<(f64, f64)> {
+        let mut v: Vec<f64> = v.iter().copied().filter(|t| t.is_finite()).collect();
+        v.sort_by(|a, b| a.total_cmp(b));
+        Some((*v.get(v.len() / 2)?, *v.first()?))
+    };
+    per.iter()
+        .filter_map(|v| median_and_min(v))
+        .min_by(|a, b| a.0.total_cmp(&b.0))
+        .is_some_and(|(med, min)| med > min * REMEASURE_AGREEMENT)
 }
 
 /// Flops per byte below which an op is memory-bound on any CPU we know (their balance of FMA
@@ -421,9 +454,10 @@ struct RemeasureResult {
 }
 
 /// Re-measures the best few programs of a task (from the database when there is one, so
-/// resumed records count), interleaved over three rounds (on the CPU, each candidate in a
-/// fresh forked child); returns the best re-measured median and its trace, and each
-/// program's re-measured median beside its tuning latency.
+/// resumed records count), interleaved over [`REMEASURE_ROUNDS`] rounds at the least and
+/// more while they disagree ([`more_rounds_needed`]; on the CPU, each candidate in a fresh
+/// forked child); returns the best re-measured median and its trace, and each program's
+/// re-measured median beside its tuning latency.
 fn remeasure<B: Backend>(
     backend: &B,
     dag: &ComputeDag,
@@ -464,7 +498,9 @@ fn remeasure<B: Backend>(
     // The default schedule, last in every round (its median is reported apart).
     let default = backend.default_schedule(dag);
     let mut default_times = Vec::new();
-    for _round in 0..3 {
+    let mut rounds = 0;
+    while rounds < REMEASURE_ROUNDS.0 || (rounds < REMEASURE_ROUNDS.1 && more_rounds_needed(&per)) {
+        rounds += 1;
         for (i, (s, _)) in states.iter().enumerate() {
             if let Some(Ok(tm)) = m.measure(dag, std::slice::from_ref(s)).pop() {
                 per[i].push(tm.median_s);
@@ -487,6 +523,7 @@ fn remeasure<B: Backend>(
             tuning_rank: i + 1,
             tuning_latency_s: states[i].1,
             latency_s: med,
+            rounds,
         });
         let Some(med) = med else {
             continue;
@@ -499,5 +536,47 @@ fn remeasure<B: Backend>(
         best: best.and_then(|(l, i)| Some((l, states.get(i)?.0.trace().to_json()))),
         programs,
         default: default_times.get(default_times.len() / 2).copied(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::more_rounds_needed;
+
+    #[test]
+    fn rounds_that_agree_need_no_more() {
+        // A quiet host: 1% between rounds.
+        let per = vec![vec![1.00, 1.01, 1.005], vec![1.20, 1.22, 1.21]];
+        assert!(!more_rounds_needed(&per));
+        // One slowed round of three: the median already ignores it.
+        let per = vec![vec![1.00, 1.60, 1.01], vec![1.20, 1.90, 1.21]];
+        assert!(!more_rounds_needed(&per));
+    }
+
+    #[test]
+    fn two_slowed_rounds_of_three_ask_for_more_until_the_median_is_clean() {
+        // A burst over the first two rounds: the fastest program's median is 1.5x its best.
+        let mut per = vec![vec![1.50, 1.45, 1.00], vec![1.80, 1.75, 1.20]];
+        assert!(more_rounds_needed(&per));
+        // One clean round more: four timings, the upper median still slowed.
+        per[0].push(1.01);
+        per[1].push(1.21);
+        assert!(more_rounds_needed(&per));
+        // Two: the median of five is a clean round's.
+        per[0].push(1.02);
+        per[1].push(1.22);
+        assert!(!more_rounds_needed(&per));
+    }
+
+    #[test]
+    fn the_rule_follows_the_fastest_program_and_ignores_failures() {
+        // The slower program's rounds disagree, the fastest's agree: no more rounds, since
+        // only the fastest is reported as the best.
+        let per = vec![vec![1.00, 1.01, 1.02], vec![2.0, 3.0, 3.1]];
+        assert!(!more_rounds_needed(&per));
+        // A program whose every timing failed, or a NaN timing, is left out.
+        let per = vec![vec![], vec![f64::NAN, 1.0, 1.01, 1.02]];
+        assert!(!more_rounds_needed(&per));
+        assert!(!more_rounds_needed(&[]));
     }
 }

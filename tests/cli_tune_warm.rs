@@ -185,6 +185,11 @@ fn memory_bound_ops_report_gb_per_s_and_the_remeasured_ranking() {
     for (i, p) in top.iter().enumerate() {
         assert_eq!(p["tuning_rank"], i + 1);
     }
+    // Three rounds at the least, up to nine while they disagree; every program is timed in
+    // each round.
+    let rounds = top[0]["rounds"].as_u64().expect("rounds");
+    assert!((3..=9).contains(&rounds), "{v}");
+    assert!(top.iter().all(|p| p["rounds"] == rounds), "{v}");
     let re: Vec<f64> = top
         .iter()
         .map(|p| p["latency_s"].as_f64().expect("re-measured"))

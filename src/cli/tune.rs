@@ -441,20 +441,32 @@ fn remeasure_line(r: &crate::tune::TuneReport) -> Option<String> {
     };
     let first = r.remeasured.first()?;
     let first_now = first.latency_s.map_or("failed".to_string(), ms);
-    if rank == 1 {
-        Some(format!(
+    // More rounds than the fewest were taken because the first ones disagreed: the host was
+    // busy with other work for part of the re-measurement, which a user should know.
+    let rounds = r.remeasured.iter().map(|p| p.rounds).max().unwrap_or(0);
+    let extra = if rounds > crate::tune::REMEASURE_ROUNDS.0 {
+        format!(
+            " over {rounds} rounds (the first {} disagreed by more than 3%: other work on the host)",
+            crate::tune::REMEASURE_ROUNDS.0
+        )
+    } else {
+        String::new()
+    };
+    let line = if rank == 1 {
+        format!(
             "re-measured the top {n}: tuning's best is still the best ({} during tuning, {first_now} re-measured)",
             ms(first.tuning_latency_s)
-        ))
+        )
     } else {
         let winner = r.remeasured.iter().find(|p| p.tuning_rank == rank)?;
-        Some(format!(
+        format!(
             "re-measured the top {n}: tuning's #{rank} is the best ({} during tuning, {} re-measured); tuning's best re-measured {first_now} ({} during tuning)",
             ms(winner.tuning_latency_s),
             winner.latency_s.map_or("failed".to_string(), ms),
             ms(first.tuning_latency_s)
-        ))
-    }
+        )
+    };
+    Some(line + &extra)
 }
 
 #[cfg(test)]
