@@ -39,6 +39,9 @@ fn sketches_of_every_op_are_correct() {
         ("conv2d:N=1,C=3,H=7,W=7,K=4,R=3,S=3,pad=1", 1),
         // Output channels fill vectors and the width does not: the channel-vector sketch.
         ("conv2d:N=1,C=3,H=6,W=6,K=32,R=3,S=3,pad=1", 1),
+        // A stride of 2 and output rows of whole vectors (16 pixels): the channel-vector
+        // sketch as well, broadcasting the input read two pixels apart.
+        ("conv2d:N=1,C=2,H=4,W=32,K=32,R=3,S=3,stride=2,pad=1", 1),
         // Weights stored output channels last: the channel-vector sketch reads them in place.
         ("conv2d_hwio:N=1,C=3,H=6,W=6,K=32,R=3,S=3,pad=1", 1),
         // A 1x1 layer of stride 1: its pixel axes fused into one (the `+flat` sketch).
@@ -197,6 +200,21 @@ fn sketch_structures() {
     let sk = rules::generate_for(&dag, &opts, &zen4, &rules::cpu_rules());
     assert!(!sk.is_empty());
     assert!(sk.iter().all(|s| !s.name.contains("+vec")));
+
+    // Rows of whole vectors read with a stride of 2 (ResNet-50's first layer: 112 output
+    // pixels a row, 7x7, stride 2): the output channels are offered as the vector axis, so the
+    // strided input is broadcast rather than gathered; at stride 1 they are not. A depthwise
+    // layer's input moves with its channels, so they are never its vector axis.
+    let stem = |stride: i64| {
+        let (_, sk) = names(&format!(
+            "conv2d:N=1,C=3,H=224,W=224,K=64,R=7,S=7,stride={stride},pad=3"
+        ));
+        sk.iter().any(|s| s.name.ends_with("+vec1"))
+    };
+    assert!(stem(2));
+    assert!(!stem(1));
+    let (_, dw) = names("depthwise_conv2d:N=1,C=64,H=64,W=64,R=3,S=3,stride=2,pad=1");
+    assert!(dw.iter().all(|s| !s.name.contains("+vec")));
 
     // conv2d's padding, when computed inside the tile, is vectorized over its region.
     let (dag, sk) = names("conv2d:N=1,C=8,H=14,W=14,K=8,R=3,S=3,pad=1");

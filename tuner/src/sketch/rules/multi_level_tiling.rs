@@ -17,8 +17,8 @@
 //! apart per lane).
 //!
 //! Where the innermost spatial axis does not fill whole vectors (conv2d's output width: 28,
-//! 14, 7 on ResNet-50's later layers) and another spatial axis does (its output channels), a
-//! third sketch makes that axis the **vector axis**: it goes innermost in every spatial
+//! 14, 7 on ResNet-50's later layers) or reads an input strided (a convolution of stride 2)
+//! and another spatial axis does fill them (its output channels), a third sketch makes that axis the **vector axis**: it goes innermost in every spatial
 //! level, the accumulator tile is stored with it last, and the input it indexes (the weights)
 //! is packed with it last, so the register tile broadcasts one input element across a vector
 //! of output channels, as the channel-blocked (NCHWc) schedules of other compilers do. That
@@ -492,8 +492,9 @@ fn packable_input(dag: &ComputeDag, t: TensorId, axis: usize) -> Option<(TensorI
 
 /// A spatial axis other than the innermost for the register tile to vectorize, and the input
 /// to pack along it: only where the innermost axis does not fill whole vectors of what one
-/// FMA pipe takes ([`TargetDesc::vector_unit_lanes`]) and this one fills whole registers
-/// (conv2d's output channels where its width is 28, or 56 with 16 lanes), and some input is
+/// FMA pipe takes ([`TargetDesc::vector_unit_lanes`]) or reads an input strided
+/// ([`strided_broadcast`]), and this one fills whole registers (conv2d's output channels
+/// where its width is 28, or 56 with 16 lanes, or where its stride is 2), and some input is
 /// indexed by it alone (the weights). The innermost such axis.
 ///
 /// Pipe vectors, because on Zen 4 (512-bit operations run as two 256-bit halves) a width of
@@ -513,14 +514,48 @@ fn channel_vector_axis(cx: &RuleContext, t: TensorId) -> Option<(usize, (TensorI
         .vector_unit_lanes(cx.dag.op(t).dtype)
         .clamp(1, lanes.max(1));
     let (&last, rest) = shape.split_last()?;
-    if lanes <= 1 || last % unit == 0 {
+    if lanes <= 1 {
         return None;
     }
+    let whole = last % unit == 0;
     rest.iter()
         .enumerate()
         .rev()
         .filter(|&(_, &e)| e >= lanes && e % lanes == 0)
+        .filter(|&(a, _)| !whole || strided_broadcast(cx.dag, t, a))
         .find_map(|(a, _)| Some((a, packable_input(cx.dag, t, a)?)))
+}
+
+/// Whether `t` reads some input with a step of more than one element along its innermost
+/// spatial axis and not along axis `a`: a convolution of stride 2 reads its input two
+/// pixels apart for successive output pixels. A register tile vectorized along the pixels
+/// must then gather or shuffle each input vector; with `a` (the output channels) as the
+/// vector axis that input is broadcast instead, one element a step, and its stride does not
+/// matter. ResNet-50's first layer (7x7, stride 2, 112 output pixels a row: whole vectors)
+/// ran at 0.46 of the FMA peak along the pixels (docs/measurements.md, "The first layer of
+/// ResNet-50: output channels as the vector axis").
+fn strided_broadcast(dag: &ComputeDag, t: TensorId, a: usize) -> bool {
+    let OpKind::Compute { axes, body } = &dag.op(t).kind else {
+        return false;
+    };
+    let (Some(x), Some(c)) = (axes.last(), axes.get(a)) else {
+        return false;
+    };
+    let mut found = false;
+    body.visit(&mut |e| {
+        if let Expr::Load { indices, .. } = e {
+            let strided = indices.iter().any(|i| {
+                if !i.uses_var(x.var.id) {
+                    return false;
+                }
+                let shifted = i.substitute(&|w| (w.id == x.var.id).then(|| x.expr() + 1));
+                let step = Simplifier::default().expr(&(shifted - i.clone()));
+                step.as_int().is_some_and(|s| s.abs() > 1)
+            });
+            found |= strided && !indices.iter().any(|i| i.uses_var(c.var.id));
+        }
+    });
+    found
 }
 
 /// Whether the last two spatial axes of `t` (and of the consumer it is `fused` with) can be
