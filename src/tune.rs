@@ -206,14 +206,15 @@ pub struct Remeasured {
 /// The fewest and the most rounds of re-measurement at the end of tuning. A round times each
 /// of the top programs and the default once (on the CPU each timing the median of five of at
 /// least 100 ms), so three rounds' median already ignores one round slowed by the host; a
-/// burst of other work on the host that spans two rounds of a short kernel (it can last
-/// seconds, docs/measurements.md) moves that median by up to a fifth, which more rounds,
-/// taken only while the rounds disagree, outlast.
+/// burst of other work on the host that spans two rounds of a short kernel moves that
+/// median, which more rounds, taken only while the rounds disagree, outlast
+/// (docs/measurements.md, "More rounds of re-measurement while they disagree").
 pub const REMEASURE_ROUNDS: (usize, usize) = (3, 9);
 
 /// How far the fastest program's median over the rounds may sit above its fastest round
-/// before another round is taken: twice the 1.5% that one program's timings spread from round
-/// to round on a quiet host (docs/measurements.md), so a quiet host stops at the fewest.
+/// before another round is taken: about twice the spread of one program's timings from round
+/// to round on a quiet host (docs/measurements.md, "Held-out ranking with thirty-six other
+/// workloads"), so a quiet host stops at the fewest.
 const REMEASURE_AGREEMENT: f64 = 1.03;
 
 /// True while the rounds so far disagree on the program they make fastest: its median over the

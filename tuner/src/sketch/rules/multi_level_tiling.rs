@@ -532,8 +532,8 @@ fn channel_vector_axis(cx: &RuleContext, t: TensorId) -> Option<(usize, (TensorI
 /// must then gather or shuffle each input vector; with `a` (the output channels) as the
 /// vector axis that input is broadcast instead, one element a step, and its stride does not
 /// matter. ResNet-50's first layer (7x7, stride 2, 112 output pixels a row: whole vectors)
-/// ran at 0.46 of the FMA peak along the pixels (docs/measurements.md, "The first layer of
-/// ResNet-50: output channels as the vector axis").
+/// runs far faster so (docs/measurements.md, "The first layer of ResNet-50: output channels
+/// as the vector axis").
 fn strided_broadcast(dag: &ComputeDag, t: TensorId, a: usize) -> bool {
     let OpKind::Compute { axes, body } = &dag.op(t).kind else {
         return false;
@@ -548,9 +548,7 @@ fn strided_broadcast(dag: &ComputeDag, t: TensorId, a: usize) -> bool {
                 if !i.uses_var(x.var.id) {
                     return false;
                 }
-                let shifted = i.substitute(&|w| (w.id == x.var.id).then(|| x.expr() + 1));
-                let step = Simplifier::default().expr(&(shifted - i.clone()));
-                step.as_int().is_some_and(|s| s.abs() > 1)
+                step_along(i, x).is_some_and(|s| s.abs() > 1)
             });
             found |= strided && !indices.iter().any(|i| i.uses_var(c.var.id));
         }
@@ -593,6 +591,12 @@ fn flattenable(cx: &RuleContext, t: TensorId, fused: Option<TensorId>) -> Option
         .then_some((h * w) % unit == 0)
 }
 
+/// How far index `e` moves when axis `v` moves by one, where that is a constant.
+fn step_along(e: &Expr, v: &tensortune_schedules::IterVar) -> Option<i64> {
+    let shifted = e.substitute(&|w| (w.id == v.var.id).then(|| v.expr() + 1));
+    Simplifier::default().expr(&(shifted - e.clone())).as_int()
+}
+
 /// The check of [`flattenable`] on one stage.
 fn reads_last_two_axes_linearly(dag: &ComputeDag, t: TensorId) -> bool {
     let OpKind::Compute { axes, body } = &dag.op(t).kind else {
@@ -605,9 +609,7 @@ fn reads_last_two_axes_linearly(dag: &ComputeDag, t: TensorId) -> bool {
     // `e` uses axis `v` with coefficient 1 and no other spatial axis.
     let unit = |e: &Expr, v: &tensortune_schedules::IterVar| {
         let others = spatial.iter().any(|&id| id != v.var.id && e.uses_var(id));
-        let shifted = e.substitute(&|w| (w.id == v.var.id).then(|| v.expr() + 1));
-        let step = Simplifier::default().expr(&(shifted - e.clone()));
-        !others && step.as_int() == Some(1)
+        !others && step_along(e, v) == Some(1)
     };
     let mut ok = true;
     body.visit(&mut |e| {
