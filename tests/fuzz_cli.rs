@@ -223,6 +223,93 @@ fn mutated_specs_and_targets_never_crash_the_cli() {
     run_cases(&cases);
 }
 
+/// Records whose traces are well-formed and replay step by step but describe absurd programs:
+/// a split into 5000 loops (lowering recursed once per loop, and every command that read the
+/// database overflowed its stack: `show`, `codegen`, `run`, and `tune`, whose cost model
+/// starts from every record of the target) and a chain of 126 rounded-up splits under an
+/// unroll pragma (the nest's step count overflowed to zero, so 70 loops were unrolled and
+/// LLVM compiled for minutes). Each command must end within the timeout, without a panic.
+#[test]
+fn hostile_traces_never_crash_or_hang_the_cli() {
+    let dir = temp_dir();
+    let path = dir.path().join("hostile.db");
+    let target = tensortune::Target::host(1).key();
+    let chain_workload = "matmul:K=8,M=128,N=8,dtype=f32";
+    let deep = format!(
+        r#"{{"steps":[{{"op":"split","stage":2,"iter":0,"factors":[{}]}}]}}"#,
+        vec!["1"; 5000].join(",")
+    );
+    let mut steps: Vec<String> = (0..126)
+        .map(|k| {
+            format!(
+                r#"{{"op":"split","stage":2,"iter":{k},"factors":[{}]}}"#,
+                127 - k
+            )
+        })
+        .collect();
+    steps.push(r#"{"op":"auto_unroll","stage":2,"iter":0,"max_step":1}"#.to_string());
+    let chain = format!(r#"{{"steps":[{}]}}"#, steps.join(","));
+    {
+        let mut db = Database::open(&path).expect("open");
+        let timing = Timing {
+            median_s: 1e-6,
+            min_s: 1e-6,
+            max_s: 1e-6,
+            repeats: 3,
+        };
+        let batch = vec![
+            NewRecord::measured(Workload::new(WORKLOAD, 48.0), &target, &deep, timing),
+            NewRecord::measured(
+                Workload::new(chain_workload, 16384.0),
+                &target,
+                &chain,
+                timing,
+            ),
+        ];
+        db.insert_batch(None, &batch).expect("insert");
+    }
+    let mut cases = Vec::new();
+    for workload in [WORKLOAD, chain_workload] {
+        let w = format!("--workload={workload}");
+        cases.push((args(&["show", &path_arg("--db", &path), &w]), None));
+        cases.push((
+            args(&["codegen", "--emit", "llvm", &path_arg("--db", &path), &w]),
+            None,
+        ));
+        cases.push((
+            args(&[
+                "run",
+                &path_arg("--db", &path),
+                &w,
+                "--repeat=1",
+                "--min-repeat-ms=1",
+            ]),
+            None,
+        ));
+    }
+    cases.push((
+        args(&[
+            "report",
+            &path_arg("--db", &path),
+            &path_arg("--out", &dir.path().join("r.html")),
+        ]),
+        None,
+    ));
+    let copy = dir.path().join("tune.db");
+    std::fs::copy(&path, &copy).expect("copy the database");
+    cases.push((
+        args(&[
+            "tune",
+            &format!("--workload={chain_workload}"),
+            &path_arg("--db", &copy),
+            "--trials=2",
+            "-q",
+        ]),
+        None,
+    ));
+    run_cases(&cases);
+}
+
 #[test]
 fn damaged_databases_never_crash_the_cli() {
     let dir = temp_dir();

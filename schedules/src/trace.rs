@@ -268,6 +268,29 @@ impl Trace {
     }
 }
 
+/// A list as `[a, b, c]`, cut short after [`Brief::MAX`] entries: a step's lists come from
+/// records, and a damaged or hostile one's can be thousands long, which an error message
+/// quoting the step should not repeat.
+struct Brief<'a, T>(&'a [T]);
+
+impl<T> Brief<'_, T> {
+    /// Entries shown; a schedule's lists are far shorter.
+    const MAX: usize = 64;
+}
+
+impl<T: fmt::Debug> fmt::Display for Brief<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.len() <= Self::MAX {
+            return write!(f, "{:?}", self.0);
+        }
+        let shown: Vec<String> = self.0[..Self::MAX]
+            .iter()
+            .map(|v| format!("{v:?}"))
+            .collect();
+        write!(f, "[{}, ... ({} in all)]", shown.join(", "), self.0.len())
+    }
+}
+
 impl fmt::Display for Step {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -275,14 +298,14 @@ impl fmt::Display for Step {
                 stage,
                 iter,
                 factors,
-            } => write!(f, "split(s{stage}, l{iter}, {factors:?})"),
+            } => write!(f, "split(s{stage}, l{iter}, {})", Brief(factors)),
             Step::SplitNParts {
                 stage,
                 iter,
                 nparts,
             } => write!(f, "split_nparts(s{stage}, l{iter}, {nparts})"),
-            Step::Fuse { stage, iters } => write!(f, "fuse(s{stage}, {iters:?})"),
-            Step::Reorder { stage, order } => write!(f, "reorder(s{stage}, {order:?})"),
+            Step::Fuse { stage, iters } => write!(f, "fuse(s{stage}, {})", Brief(iters)),
+            Step::Reorder { stage, order } => write!(f, "reorder(s{stage}, {})", Brief(order)),
             Step::ComputeAt {
                 stage,
                 target,
@@ -297,7 +320,12 @@ impl fmt::Display for Step {
                 stage,
                 scope,
                 readers,
-            } => write!(f, "cache_read(s{stage}, {}, {readers:?})", scope.name()),
+            } => write!(
+                f,
+                "cache_read(s{stage}, {}, {})",
+                scope.name(),
+                Brief(readers)
+            ),
             Step::Annotate {
                 stage,
                 iter,
@@ -314,7 +342,7 @@ impl fmt::Display for Step {
             }
             Step::Rfactor { stage, iter } => write!(f, "rfactor(s{stage}, l{iter})"),
             Step::ReorderStorage { stage, order } => {
-                write!(f, "reorder_storage(s{stage}, {order:?})")
+                write!(f, "reorder_storage(s{stage}, {})", Brief(order))
             }
             Step::AutoUnroll {
                 stage,

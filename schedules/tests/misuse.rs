@@ -18,6 +18,49 @@ fn matmul() -> (ComputeDag, State) {
     (d, s)
 }
 
+/// A record is replayed step by step: a split into thousands of loops (lowering recurses once
+/// per loop, and overflowed the stack) or a chain of rounded-up splits (each doubling the
+/// nominal iterations, until step counts overflow) is refused by the step itself.
+#[test]
+fn splits_that_nest_too_deep_or_round_up_too_often() {
+    use tensortune_schedules::schedule::{MAX_NEST_GROWTH, MAX_STAGE_LOOPS};
+    let (_, mut s) = matmul();
+    let before = s.clone();
+    let bad = |r: Result<(), E>| matches!(r, Err(E::BadSplit { .. }));
+    // C has three loops (i, j, k): a split of one into MAX_STAGE_LOOPS - 1 more is one too many.
+    assert!(bad(s.split(2, 0, &vec![1; MAX_STAGE_LOOPS - 1])));
+    assert_eq!(s, before, "a failed split leaves the state unchanged");
+    s.split(2, 0, &vec![1; MAX_STAGE_LOOPS - 3])
+        .expect("exactly MAX_STAGE_LOOPS loops");
+    assert_eq!(s.stages()[2].leaves.len(), MAX_STAGE_LOOPS);
+    assert!(bad(s.split(2, 1, &[1])));
+
+    // i of 64 split by 63 (loops of 2 and 63), that inner loop by 62, and so on: after k + 1
+    // splits the loops over i run 2^(k+1) (63 - k) times for a domain of 64.
+    let d = dag("matmul:M=64,N=8,K=8");
+    let mut s = State::new(&d);
+    let mut refused = None;
+    for k in 0..20u32 {
+        let growth = (1i64 << (k + 1)) * (63 - k as i64) / 64;
+        let before = s.clone();
+        match s.split(2, k, &[63 - k as i64]) {
+            Ok(()) => assert!(growth <= MAX_NEST_GROWTH, "split {k}: {growth}x allowed"),
+            Err(e) => {
+                assert!(matches!(e, E::BadSplit { .. }), "{e}");
+                assert!(e.to_string().contains("rounded-up"), "{e}");
+                assert_eq!(s, before);
+                refused = Some(k);
+                break;
+            }
+        }
+    }
+    assert_eq!(
+        refused,
+        Some(12),
+        "the first split past {MAX_NEST_GROWTH}x is refused"
+    );
+}
+
 #[test]
 fn prefetches_that_do_not_apply() {
     // matmul: 0 A, 1 B, 2 C; axes of C: i, j, then k.

@@ -146,6 +146,10 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<(), CliError> {
     let job = args.clone();
     std::thread::Builder::new()
         .name("tensortune-run".into())
+        // Lowering and code generation recurse once per loop and expression level: the
+        // stack of the main thread that every other command lowers on (8 MiB), not a spawned
+        // thread's default 2 MiB.
+        .stack_size(8 << 20)
         .spawn(move || {
             // The receiver is gone only after a timeout, when nobody waits for the result.
             let _ = tx.send(match &cuda {

@@ -963,7 +963,10 @@ fn loop_kinds(
     // A loop without an annotation: unrolled if the pragma covers it and its nest fits.
     let by_pragma = |q: usize| match pragma {
         Some((q0, m)) if q >= q0 && m > 0 => {
-            let steps: i64 = leaf_vars[q..].iter().map(|(_, v)| v.extent).product();
+            // Saturating: a product past i64 is far past any pragma's limit, not zero.
+            let steps = leaf_vars[q..]
+                .iter()
+                .fold(1i64, |a, (_, v)| a.saturating_mul(v.extent.max(0)));
             if steps <= m as i64 {
                 ForKind::Unrolled
             } else {

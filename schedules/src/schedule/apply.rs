@@ -17,6 +17,16 @@ use std::sync::Arc;
 /// Most lanes a vectorized loop may have.
 pub const MAX_VECTOR_LANES: i64 = 64;
 
+/// The most loops one stage may have. Schedules of the op library use under 40 (a GPU
+/// conv2d: five levels of four spatial axes, three of three reduce axes); a record that asks
+/// for more is damaged or hostile, and lowering such a nest recurses once per loop.
+pub const MAX_STAGE_LOOPS: usize = 64;
+
+/// How many times its domain (the product of its axes' extents) a stage's loop nest may
+/// iterate: splits by factors that do not divide the loop round up, at most doubling it each.
+/// A nest past this bound spends nearly all its iterations in guards.
+pub const MAX_NEST_GROWTH: i64 = 1 << 12;
+
 impl State {
     /// Applies a step directly (used by replay; on error the state may be left as it was or
     /// partly changed only for steps documented to check first, which is all of them).
@@ -149,6 +159,47 @@ impl State {
         }
         if it.annotation.is_some() {
             return Err(bad("of an annotated loop; split before annotating".into()));
+        }
+        if s.leaves.len() + factors.len() > MAX_STAGE_LOOPS {
+            return Err(bad(format!(
+                "into {} more loops: the stage would have {} (at most {MAX_STAGE_LOOPS})",
+                factors.len(),
+                s.leaves.len() + factors.len()
+            )));
+        }
+        // Each split of a loop that its factor does not divide rounds the outer extent up, so a
+        // chain of them multiplies the loops' nominal iterations (up to twice a split) while
+        // the work stays the same: a record of such a chain would lower to loops whose step
+        // counts overflow and compile for minutes. Bound the nest's iterations against the
+        // stage's domain.
+        let mut new_extents = Vec::with_capacity(factors.len() + 1);
+        let mut rest = it.extent;
+        for k in 0..factors.len() {
+            let by = if nparts {
+                SplitBy::NParts(factors[0])
+            } else {
+                SplitBy::Factor(factors[k..].iter().product())
+            };
+            let (outer, inner) = split_extents(rest, by);
+            new_extents.push(outer);
+            rest = inner;
+        }
+        new_extents.push(rest);
+        let nest: i64 = s
+            .leaves
+            .iter()
+            .filter(|&&l| l != id)
+            .map(|&l| s.iter(l).extent)
+            .chain(new_extents)
+            .fold(1i64, |a, e| a.saturating_mul(e.max(1)));
+        let domain = s.iters[..s.root_count()]
+            .iter()
+            .fold(1i64, |a, r| a.saturating_mul(r.extent.max(1)));
+        if nest > domain.saturating_mul(MAX_NEST_GROWTH) {
+            return Err(bad(format!(
+                "by {factors:?}: the stage's loops would run {nest} iterations for a domain of \
+                 {domain} (at most {MAX_NEST_GROWTH} times it: too many rounded-up splits)"
+            )));
         }
         let tensor = s.tensor;
         let s = &mut self.stages[stage as usize];

@@ -16,7 +16,9 @@
 
 mod apply;
 
-pub use apply::{derive_extents, root_values, split_extents, MAX_VECTOR_LANES};
+pub use apply::{
+    derive_extents, root_values, split_extents, MAX_NEST_GROWTH, MAX_STAGE_LOOPS, MAX_VECTOR_LANES,
+};
 
 use crate::dag::ComputeDag;
 use crate::expr::{DType, Expr, IterVar, TensorId};
@@ -175,6 +177,13 @@ pub struct PrefetchHint {
 }
 
 impl Stage {
+    /// How many of `iters` are roots (the op's spatial axes, then its reduce axes): they come
+    /// first.
+    pub fn root_count(&self) -> usize {
+        let n = self.op.compute().map_or(0, |(axes, _)| axes.len()) + self.op.reduce_axes().len();
+        n.min(self.iters.len())
+    }
+
     fn new(tensor: TensorId, op: Arc<StageOp>) -> Stage {
         let mut iters = Vec::new();
         if let Some((axes, _)) = op.compute() {
