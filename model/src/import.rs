@@ -181,7 +181,7 @@ fn input_type(
                 )));
             }
         }
-        return Ok((Elem::F32, given.clone()));
+        return bounded(given.clone()).map_err(err).map(|s| (Elem::F32, s));
     }
     let decl = declared.ok_or_else(|| {
         err(format!(
@@ -189,11 +189,21 @@ fn input_type(
         ))
     })?;
     match decl.iter().copied().collect::<Option<Vec<usize>>>() {
-        Some(shape) => Ok((Elem::F32, shape)),
+        Some(shape) => bounded(shape).map_err(err).map(|s| (Elem::F32, s)),
         None => Err(err(format!(
             "dynamic shape {}: fix it with --input-shape {name}=...",
             shape_text(&decl)
         ))),
+    }
+}
+
+/// An input's shape within the bounds every tensor of a model keeps
+/// ([`crate::shapes::MAX_DIM`] an axis, [`crate::shapes::MAX_ELEMENTS`] in all): an input is
+/// allocated and fed to kernels by this shape.
+fn bounded(shape: Vec<usize>) -> Result<Vec<usize>, String> {
+    match crate::shapes::out_of_bounds(&shape, crate::shapes::MAX_ELEMENTS as usize) {
+        Some(why) => Err(why),
+        None => Ok(shape),
     }
 }
 

@@ -17,6 +17,7 @@ pub fn infer(graph: &mut Graph) -> Result<(), ModelError> {
     let nodes = std::mem::take(&mut graph.nodes);
     for node in nodes {
         if let Some(data) = fold(&node, graph)? {
+            crate::shapes::check_shape(&node, &data.shape(), crate::shapes::MAX_FOLDED_ELEMENTS)?;
             let out = node.output()?;
             let v = &mut graph.values[out.index()];
             v.shape = data.shape();
@@ -34,6 +35,7 @@ pub fn infer(graph: &mut Graph) -> Result<(), ModelError> {
             }
         }
         let shape = out_shape(&node, graph)?;
+        crate::shapes::check_shape(&node, &shape, crate::shapes::MAX_ELEMENTS as usize)?;
         for (k, o) in node.outputs.iter().enumerate() {
             if k > 0 && !graph.value(*o).name.is_empty() {
                 return Err(ModelError::unsupported(&node, format!("output {k}")));
@@ -113,8 +115,9 @@ fn fold(node: &Node, graph: &Graph) -> Result<Option<Data>, ModelError> {
             let shape: Vec<usize> = args[0]
                 .to_i64s()
                 .iter()
-                .map(|&d| d.max(0) as usize)
-                .collect();
+                .map(|&d| crate::shapes::extent(node, "extent", d.max(0)))
+                .collect::<Result<_, _>>()?;
+            crate::shapes::check_shape(node, &shape, crate::shapes::MAX_FOLDED_ELEMENTS)?;
             let value = match node.attrs.get("value") {
                 Some(Attr::Tensor(t)) => t.clone(),
                 _ => Data::F32(ArrayD::zeros(IxDyn(&[1]))),

@@ -74,7 +74,7 @@ pub fn resize(node: &Node, graph: &Graph, x: &[usize]) -> Result<(Layout, Vec<us
     match (scales, sizes) {
         (_, Some(sizes)) if sizes.len() == axes.len() => {
             for (&a, &s) in axes.iter().zip(&sizes) {
-                out[a] = s.max(0) as usize;
+                out[a] = crate::shapes::extent(node, "size", s.max(0))?;
                 scale[a] = out[a] as f32 / x[a].max(1) as f32;
             }
         }
@@ -83,7 +83,9 @@ pub fn resize(node: &Node, graph: &Graph, x: &[usize]) -> Result<(Layout, Vec<us
                 if !(s.is_finite() && s > 0.0) {
                     return Err(ModelError::invalid(node, format!("scale {s}")));
                 }
-                out[a] = (x[a] as f32 * s).floor() as usize;
+                // A float past i64 saturates in the cast, and fails the bound.
+                out[a] =
+                    crate::shapes::extent(node, "scaled extent", (x[a] as f32 * s).floor() as i64)?;
                 scale[a] = s;
             }
         }
@@ -94,6 +96,7 @@ pub fn resize(node: &Node, graph: &Graph, x: &[usize]) -> Result<(Layout, Vec<us
             ))
         }
     }
+    crate::shapes::check_shape(node, &out, crate::shapes::MAX_ELEMENTS as usize)?;
     let mut maps = Vec::with_capacity(rank);
     for d in 0..rank {
         let (n, m, s) = (x[d], out[d], scale[d]);

@@ -6,6 +6,54 @@ use crate::graph::{Graph, Node};
 use crate::layout::Layout;
 use crate::ModelError;
 
+/// The largest extent of one axis a model's tensors, windows, strides and paddings may have
+/// (the op library's own bound on a workload's dimensions): numbers from a model file are
+/// checked against it before anything is sized or allocated by them, so that a hostile or
+/// damaged model fails with an error instead of overflowing or exhausting memory.
+pub const MAX_DIM: i64 = tensortune_schedules::ops::MAX_DIM;
+
+/// The most elements a tensor of a model may have (the op library's bound on a workload).
+pub const MAX_ELEMENTS: i64 = tensortune_schedules::ops::MAX_ELEMENTS;
+
+/// The most elements a constant folded at import may have: folding materializes it (and
+/// `ConstantOfShape` of a model's numbers could ask for any size); the shape arithmetic that
+/// folding exists for is a few integers, and a mask of 4096 x 4096 is 2^24.
+pub const MAX_FOLDED_ELEMENTS: usize = 1 << 28;
+
+/// An output extent computed from a model's numbers, checked against [`MAX_DIM`].
+pub fn extent(node: &Node, what: &str, e: i64) -> Result<usize, ModelError> {
+    if (0..=MAX_DIM).contains(&e) {
+        Ok(e as usize)
+    } else {
+        Err(ModelError::invalid(
+            node,
+            format!("{what} {e}: extents must be 0 to {MAX_DIM}"),
+        ))
+    }
+}
+
+/// Checks a shape computed for `node`: each extent at most [`MAX_DIM`], the elements at most
+/// `max_elements`.
+pub fn check_shape(node: &Node, shape: &[usize], max_elements: usize) -> Result<(), ModelError> {
+    match out_of_bounds(shape, max_elements) {
+        Some(why) => Err(ModelError::invalid(
+            node,
+            format!("output shape {shape:?}: {why}"),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// What is wrong with `shape` against the bounds (an extent past [`MAX_DIM`], more than
+/// `max_elements` elements), or `None`.
+pub(crate) fn out_of_bounds(shape: &[usize], max_elements: usize) -> Option<String> {
+    if let Some(d) = shape.iter().find(|&&d| d as u64 > MAX_DIM as u64) {
+        return Some(format!("extent {d} (at most {MAX_DIM})"));
+    }
+    let count = shape.iter().fold(1usize, |a, &d| a.saturating_mul(d));
+    (count > max_elements).then(|| format!("{count} elements (at most {max_elements})"))
+}
+
 /// Axis `a` of a rank-`rank` tensor, negative counting from the end.
 pub fn axis(node: &Node, a: i64, rank: usize) -> Result<usize, ModelError> {
     let r = rank as i64;
@@ -190,11 +238,20 @@ pub fn pad(node: &Node, graph: &Graph, x: &[usize]) -> Result<(Layout, Vec<usize
     if !matches!(mode.as_str(), "constant" | "edge" | "reflect" | "wrap") {
         return Err(ModelError::unsupported(node, format!("mode `{mode}`")));
     }
+    if let Some(p) = pads.iter().find(|p| p.unsigned_abs() > MAX_DIM as u64) {
+        return Err(ModelError::invalid(
+            node,
+            format!("pad {p}: pads must be within {MAX_DIM} either way"),
+        ));
+    }
     let mut maps: Vec<Vec<Option<usize>>> = x.iter().map(|&n| (0..n).map(Some).collect()).collect();
     let mut shape = x.to_vec();
     for (k, &a) in axes.iter().enumerate() {
         let (b, e, n) = (pads[k], pads[k + axes.len()], x[a] as i64);
-        let out = n + b + e;
+        // Bounded: each of the three is within 2^24.
+        let out = extent(node, "padded extent", n + b + e)
+            .map_err(|_| ModelError::invalid(node, format!("pads {b}, {e} on an axis of {n}")))?
+            as i64;
         if out < 0 || (mode != "constant" && n == 0) || (mode == "reflect" && (b >= n || e >= n)) {
             return Err(ModelError::invalid(
                 node,
@@ -280,9 +337,13 @@ pub fn slice(node: &Node, graph: &Graph, x: &[usize]) -> Result<(Layout, Vec<usi
 pub fn expand(node: &Node, graph: &Graph, x: &[usize]) -> Result<(Layout, Vec<usize>), ModelError> {
     let target =
         const_ints(node, graph, 1)?.ok_or_else(|| ModelError::invalid(node, "no shape"))?;
-    let target: Vec<usize> = target.iter().map(|&t| t.max(0) as usize).collect();
+    let target: Vec<usize> = target
+        .iter()
+        .map(|&t| extent(node, "expanded extent", t.max(0)))
+        .collect::<Result<_, _>>()?;
     let shape = crate::ew::broadcast(x, &target)
         .ok_or_else(|| ModelError::invalid(node, format!("{x:?} does not expand to {target:?}")))?;
+    check_shape(node, &shape, MAX_ELEMENTS as usize)?;
     let off = shape.len() - x.len();
     // The leading new axes have extent 1 in the input: they read coordinate 0.
     let maps = (0..shape.len())

@@ -229,3 +229,110 @@ fn hardswish_spelled_as_a_diamond_fuses_into_its_convolution() {
         vec!["Conv+Add+Clip+Mul+Div", "GlobalAveragePool+Sigmoid", "Mul"]
     );
 }
+
+/// Sizes from a model file are checked before anything is sized by them: each of these asked
+/// for terabytes (or wrapped an integer into a small, wrong window) before the bounds.
+#[test]
+fn hostile_sizes_are_errors_before_anything_is_allocated() {
+    let x = |b: ModelBuilder| b.input("x", &[1, 2, 4, 4]).output("y");
+    let huge = 1i64 << 40;
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        (
+            "ConstantOfShape of 2^40 x 2^40",
+            x(ModelBuilder::new(13))
+                .init_i64("s", &[2], vec![huge, huge])
+                .node("ConstantOfShape", &["s"], &["z"], &[])
+                .node("Add", &["x", "z"], &["y"], &[])
+                .build(),
+        ),
+        (
+            "ConstantOfShape of 2^34 elements, each extent allowed",
+            x(ModelBuilder::new(13))
+                .init_i64("s", &[2], vec![1 << 17, 1 << 17])
+                .node("ConstantOfShape", &["s"], &["z"], &[])
+                .node("Add", &["x", "z"], &["y"], &[])
+                .build(),
+        ),
+        (
+            "Expand to 2^31 rows",
+            x(ModelBuilder::new(13))
+                .init_i64("s", &[4], vec![1 << 31, 2, 4, 4])
+                .node("Expand", &["x", "s"], &["y"], &[])
+                .build(),
+        ),
+        (
+            "Pad by 2^40",
+            x(ModelBuilder::new(13))
+                .init_i64("p", &[8], vec![0, 0, huge, 0, 0, 0, 0, 0])
+                .node("Pad", &["x", "p"], &["y"], &[])
+                .build(),
+        ),
+        (
+            "Pad by i64::MAX (its output extent wrapped)",
+            x(ModelBuilder::new(13))
+                .init_i64("p", &[8], vec![0, 0, i64::MAX, 0, 0, 0, i64::MAX, 0])
+                .node("Pad", &["x", "p"], &["y"], &[])
+                .build(),
+        ),
+        (
+            "Conv with pads of i64::MAX",
+            x(ModelBuilder::new(13))
+                .init("w", &[2, 2, 3, 3], vec![0.5; 36])
+                .node(
+                    "Conv",
+                    &["x", "w"],
+                    &["y"],
+                    &[("pads", AttrValue::Ints(vec![i64::MAX, 0, i64::MAX, 0]))],
+                )
+                .build(),
+        ),
+        (
+            "Conv with dilations of 2^62 (the window wrapped to 1)",
+            x(ModelBuilder::new(13))
+                .init("w", &[2, 2, 5, 5], vec![0.5; 100])
+                .node(
+                    "Conv",
+                    &["x", "w"],
+                    &["y"],
+                    &[("dilations", AttrValue::Ints(vec![1 << 62, 1 << 62]))],
+                )
+                .build(),
+        ),
+        (
+            "MaxPool with pads of i64::MAX",
+            x(ModelBuilder::new(13))
+                .node(
+                    "MaxPool",
+                    &["x"],
+                    &["y"],
+                    &[
+                        ("kernel_shape", AttrValue::Ints(vec![2, 2])),
+                        ("pads", AttrValue::Ints(vec![i64::MAX, 0, i64::MAX, 0])),
+                    ],
+                )
+                .build(),
+        ),
+    ];
+    for (what, bytes) in cases {
+        match import(&bytes, &ImportOptions::default()).and_then(plan) {
+            Err(e @ ModelError::Invalid { .. }) => {
+                let m = e.to_string();
+                assert!(
+                    m.contains("at most") || m.contains("to 16777216") || m.contains("within"),
+                    "{what}: {m}"
+                );
+            }
+            other => panic!("{what}: {:?}", other.map(|p| p.tasks.len())),
+        }
+    }
+    // An input declared 2^40 long, which `run-model` would fill with random numbers.
+    let big_input = ModelBuilder::new(13)
+        .input("x", &[huge, 2, 4, 4])
+        .node("Relu", &["x"], &["y"], &[])
+        .output("y")
+        .build();
+    assert!(matches!(
+        import(&big_input, &ImportOptions::default()),
+        Err(ModelError::InputShape { .. })
+    ));
+}

@@ -58,6 +58,9 @@ pub enum Error {
     /// The arrays given do not fit the model's inputs.
     #[error("{0}")]
     Inputs(String),
+    /// The model's tensors need more memory than this machine has free.
+    #[error("{0}")]
+    Memory(String),
     /// A kernel or buffer failed while running.
     #[error("step `{step}`: {reason}")]
     Run {
@@ -74,7 +77,7 @@ impl Error {
         match self {
             Error::Import(e) => e.is_user_error(),
             Error::Reuse(ReuseError::Records(r)) => r.is_user_error(),
-            Error::Inputs(_) => true,
+            Error::Inputs(_) | Error::Memory(_) => true,
             _ => false,
         }
     }
@@ -178,6 +181,19 @@ impl Model {
     /// Compiles every task of `plan`: its best record in the database where it has one that
     /// replays, else its default schedule.
     pub fn from_plan(plan: Plan, opts: &LoadOptions) -> Result<Model, Error> {
+        // Before compiling anything: a model whose tensors cannot fit (its shapes are each
+        // within the importer's bounds, which are far above any machine's memory) fails here
+        // with the sizes, not later in the allocator. The sum over every computed value is
+        // what the executor holds at most (its pool keeps a run's buffers for the next).
+        let g = &plan.graph;
+        let bytes = g
+            .values
+            .iter()
+            .filter(|v| v.constant.is_none())
+            .map(|v| (v.shape.iter().product::<usize>() as u64).saturating_mul(4))
+            .fold(0u64, u64::saturating_add);
+        crate::runtime::memory::check_fits(bytes, "the model's inputs, outputs and intermediates")
+            .map_err(|e| Error::Memory(e.to_string()))?;
         let target_key = Target::host(opts.threads).key();
         let db = match &opts.db {
             Some(p) => Some(Database::open_read_only(p).map_err(ReuseError::from)?),

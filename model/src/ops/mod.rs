@@ -15,6 +15,7 @@ pub mod pool;
 pub mod softmax;
 
 use crate::graph::{Graph, Node};
+use crate::shapes::MAX_DIM;
 use crate::ModelError;
 use tensortune_schedules::expr::Expr;
 use tensortune_schedules::te::{Graph as Te, Tensor};
@@ -97,10 +98,12 @@ pub(crate) fn nchw(node: &Node, graph: &Graph, i: usize) -> Result<[usize; 4], M
 pub(crate) fn pair(node: &Node, name: &str, default: usize) -> Result<[usize; 2], ModelError> {
     match node.ints(name)?.as_deref() {
         None => Ok([default, default]),
-        Some(&[a, b]) if a >= 1 && b >= 1 => Ok([a as usize, b as usize]),
+        Some(&[a, b]) if (1..=MAX_DIM).contains(&a) && (1..=MAX_DIM).contains(&b) => {
+            Ok([a as usize, b as usize])
+        }
         Some(v) => Err(ModelError::invalid(
             node,
-            format!("`{name}` = {v:?} (two positive integers for 2-D)"),
+            format!("`{name}` = {v:?} (two integers from 1 to {MAX_DIM} for 2-D)"),
         )),
     }
 }
@@ -117,12 +120,12 @@ pub(crate) fn pads(
     match auto.as_str() {
         "NOTSET" => match node.ints("pads")?.as_deref() {
             None => Ok([0; 4]),
-            Some(&[t, l, b, r]) if [t, l, b, r].iter().all(|&p| p >= 0) => {
+            Some(&[t, l, b, r]) if [t, l, b, r].iter().all(|p| (0..=MAX_DIM).contains(p)) => {
                 Ok([t as usize, l as usize, b as usize, r as usize])
             }
             Some(v) => Err(ModelError::invalid(
                 node,
-                format!("pads {v:?} (four non-negative integers for 2-D)"),
+                format!("pads {v:?} (four integers from 0 to {MAX_DIM} for 2-D)"),
             )),
         },
         "VALID" => Ok([0; 4]),
@@ -130,7 +133,7 @@ pub(crate) fn pads(
             let mut p = [0; 4];
             for d in 0..2 {
                 let out = hw[d].div_ceil(strides[d]);
-                let total = ((out - 1) * strides[d] + win[d]).saturating_sub(hw[d]);
+                let total = (out.saturating_sub(1) * strides[d] + win[d]).saturating_sub(hw[d]);
                 let small = total / 2;
                 let (begin, end) = if auto == "SAME_UPPER" {
                     (small, total - small)
