@@ -206,6 +206,43 @@ fn bad_model_files_are_clear_errors() {
     std::fs::write(&path, format!("{}{}", &text[..cut], &text[cut + 40..])).unwrap();
     let r = GbdtModel::load(&path);
     assert!(matches!(r, Err(ModelError::BadModelFile { .. })), "{r:?}");
+    // Options that would train for days (4 billion rounds, trees 1000 deep): refused when
+    // loaded, where before the tuner hung in its first training.
+    let saved = dir.path().join("ok.json");
+    GbdtModel::new(GbdtOptions::default())
+        .unwrap()
+        .save(&saved)
+        .unwrap();
+    let text = std::fs::read_to_string(&saved).unwrap();
+    for (from, to) in [
+        ("\"rounds\":100", "\"rounds\":4294967295"),
+        ("\"max_depth\":6", "\"max_depth\":1000"),
+        ("\"max_bin\":32", "\"max_bin\":4294967295"),
+        ("\"pairs_per_sample\":64", "\"pairs_per_sample\":4294967295"),
+    ] {
+        assert!(text.contains(from), "the saved file spells {from}");
+        std::fs::write(&path, text.replacen(from, to, 1)).unwrap();
+        let r = GbdtModel::load(&path);
+        assert!(
+            matches!(r, Err(ModelError::BadModelFile { .. })),
+            "{to}: {r:?}"
+        );
+    }
+    for bad in [
+        GbdtOptions {
+            rounds: u32::MAX,
+            ..GbdtOptions::default()
+        },
+        GbdtOptions {
+            threads: 1 << 20,
+            ..GbdtOptions::default()
+        },
+    ] {
+        assert!(matches!(
+            GbdtModel::new(bad),
+            Err(ModelError::InvalidOptions(_))
+        ));
+    }
 }
 
 #[test]

@@ -127,11 +127,40 @@ impl Default for GbdtOptions {
     }
 }
 
+/// Most boosting rounds a model may ask for.
+const MAX_ROUNDS: u32 = 10_000;
+/// Deepest trees.
+const MAX_DEPTH: u32 = 24;
+/// Most histogram bins per feature.
+const MAX_BIN: u32 = 4096;
+/// Most XGBoost threads.
+const MAX_THREADS: u32 = 1024;
+/// Most pairs per program for `rank:pairwise`.
+const MAX_PAIRS: u32 = 4096;
+
 impl GbdtOptions {
     fn check(&self) -> Result<(), ModelError> {
         let bad = |m: &str| Err(ModelError::InvalidOptions(m.to_string()));
-        if self.rounds == 0 {
-            return bad("rounds must be at least 1");
+        // Upper bounds too: the options come from model files and command lines, and a
+        // file asking for 4 billion rounds or a depth of 1000 would hang the tuner in
+        // training instead of failing. Each bound is far above any setting that ranks
+        // better (docs/measurements.md: 300 rounds and depth 10 ranked as the defaults do).
+        if !(1..=MAX_ROUNDS).contains(&self.rounds) {
+            return bad(&format!("rounds must be 1 to {MAX_ROUNDS}"));
+        }
+        if self.max_depth > MAX_DEPTH {
+            return bad(&format!("max_depth must be at most {MAX_DEPTH}"));
+        }
+        if self.max_bin > MAX_BIN {
+            return bad(&format!("max_bin must be at most {MAX_BIN}"));
+        }
+        if self.threads > MAX_THREADS {
+            return bad(&format!(
+                "threads must be at most {MAX_THREADS} (0: every core)"
+            ));
+        }
+        if self.pairs_per_sample > MAX_PAIRS {
+            return bad(&format!("pairs_per_sample must be at most {MAX_PAIRS}"));
         }
         if !(self.eta.is_finite() && self.eta > 0.0) {
             return bad("eta must be a positive number");
