@@ -233,7 +233,11 @@ impl Plan {
                 .total_cmp(&Plan::cost(ta))
                 .then_with(|| ta.workload.cmp(&tb.workload))
         });
-        let mut load = vec![0.0f64; shard.count as usize];
+        // Shards past the number of tasks get none (each task goes to the first of the least
+        // loaded, and an empty one is always among them), so only that many are weighed: a
+        // `--shard I/N` with N in the billions costs no more than one with N = tasks.
+        let used = (shard.count as usize).clamp(1, self.tasks.len().max(1));
+        let mut load = vec![0.0f64; used];
         let mut owner = vec![0u32; self.tasks.len()];
         for task in order {
             // The first of the least loaded shards: deterministic on ties.
@@ -348,6 +352,14 @@ mod tests {
         .expect("plan");
         assert_eq!(big.shard(Shard::new(0, 2).expect("shard")), vec![0]);
         assert_eq!(big.shard(Shard::new(1, 2).expect("shard")), vec![1, 2]);
+        // More shards than tasks: one task each for the first, none for the rest, and a count
+        // in the billions (it reserved a load per shard) splits as one equal to the tasks.
+        for (count, index, want) in [(3, 2, vec![2]), (4, 3, vec![]), (u32::MAX, 0, vec![0])] {
+            let s = Shard::new(index, count).expect("shard");
+            assert_eq!(big.shard(s), want, "{index}/{count}");
+        }
+        let last = Shard::new(u32::MAX - 1, u32::MAX).expect("shard");
+        assert!(big.shard(last).is_empty());
     }
 
     #[test]
