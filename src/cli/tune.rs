@@ -295,7 +295,7 @@ fn tune_on<B: Backend>(
         for (key, (trials, best)) in tasks.iter().map(|t| &t.0).zip(&earlier) {
             if *trials > 0 {
                 let best = best.map_or("no valid program".to_string(), |b| {
-                    format!("best {:.3} ms", b * 1e3)
+                    format!("best {}", latency_text(b))
                 });
                 // A progress line: shown unless `-q` (or RUST_LOG) silences progress.
                 log::info!(
@@ -330,14 +330,14 @@ fn tune_on<B: Backend>(
                     };
                     writeln!(
                         out,
-                        "{}: best {:.3} ms ({:.1} GFLOP/s{gbs}), {} trials ({} failed, {} cut short), re-measured; during tuning {:.3} ms",
+                        "{}: best {} ({:.1} GFLOP/s{gbs}), {} trials ({} failed, {} cut short), re-measured; during tuning {}",
                         r.workload,
-                        l * 1e3,
+                        latency_text(l),
                         g,
                         r.trials,
                         r.errors,
                         r.cut_short,
-                        r.tuning_latency_s.unwrap_or(l) * 1e3
+                        latency_text(r.tuning_latency_s.unwrap_or(l))
                     )
                     .map_err(io)?;
                     if let Some(line) = remeasure_line(r) {
@@ -355,8 +355,8 @@ fn tune_on<B: Backend>(
                         };
                         writeln!(
                             out,
-                            "  the default schedule (no record) re-measured {:.3} ms: {verdict}",
-                            d * 1e3
+                            "  the default schedule (no record) re-measured {}: {verdict}",
+                            latency_text(d)
                         )
                         .map_err(io)?;
                     }
@@ -427,18 +427,22 @@ fn tune_on<B: Backend>(
     Ok(())
 }
 
+/// A kernel's time for the summary: microseconds below a millisecond, where three decimals of
+/// a millisecond would show a small kernel as 0.000 ms.
+fn latency_text(s: f64) -> String {
+    if s < 1e-3 {
+        format!("{:.2} µs", s * 1e6)
+    } else {
+        format!("{:.3} ms", s * 1e3)
+    }
+}
+
 /// How the re-measured ranking compares with the tuning ranking, in one line: whether the
 /// program tuning found fastest is still the fastest, and by how much the figures moved.
 fn remeasure_line(r: &crate::tune::TuneReport) -> Option<String> {
     let rank = r.remeasured_best_rank()?;
     let n = r.remeasured.len();
-    let ms = |s: f64| {
-        if s < 1e-3 {
-            format!("{:.2} µs", s * 1e6)
-        } else {
-            format!("{:.3} ms", s * 1e3)
-        }
-    };
+    let ms = latency_text;
     let first = r.remeasured.first()?;
     let first_now = first.latency_s.map_or("failed".to_string(), ms);
     // More rounds than the fewest were taken because the first ones disagreed: the host was
