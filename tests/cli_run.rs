@@ -321,3 +321,114 @@ fn run_takes_bf16_inputs_from_f32_npy() {
     assert!(off_exact > 1e-4, "{off_exact}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Commands that write a file named by the user, given an output that is one of their inputs
+/// (or a header that cannot be written beside a new object): exit status 2, one line, and
+/// every file as it was. `run-model --output` and `plan --out` overwrote the model, an input
+/// or the database and exited 0; `codegen --emit obj` replaced its object before failing on
+/// the header.
+#[test]
+fn outputs_onto_inputs_are_refused_and_nothing_changes() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let d = dir.path();
+    let model = d.join("m.onnx");
+    std::fs::copy(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/examples/build-reuse/mlp.onnx"),
+        &model,
+    )
+    .expect("copy the model");
+    let db = d.join("a.db");
+    std::fs::copy(
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/examples/build-reuse/records.db"
+        ),
+        &db,
+    )
+    .expect("copy the records");
+    let x = d.join("x.npy");
+    ndarray_npy::write_npy(&x, &Array2::<f32>::ones((4, 32))).expect("write x");
+    let obj = d.join("w.o");
+    std::fs::write(&obj, "an old object").expect("write");
+    let header_dir = d.join("include");
+    std::fs::create_dir(&header_dir).expect("dir");
+    let files = [&model, &db, &x, &obj];
+    let before: Vec<Vec<u8>> = files
+        .iter()
+        .map(|f| std::fs::read(f).expect("read"))
+        .collect();
+    let p = |p: &std::path::Path| p.display().to_string();
+    let cases: Vec<Vec<String>> = vec![
+        vec![
+            "run-model".into(),
+            p(&model),
+            "--repeat=1".into(),
+            "--output".into(),
+            p(&model),
+        ],
+        vec![
+            "run-model".into(),
+            p(&model),
+            "--repeat=1".into(),
+            "--inputs".into(),
+            p(&x),
+            "--output".into(),
+            p(&x),
+        ],
+        vec![
+            "run-model".into(),
+            p(&model),
+            "--repeat=1".into(),
+            "--db".into(),
+            p(&db),
+            "--output".into(),
+            p(&db),
+        ],
+        vec![
+            "plan".into(),
+            "--model".into(),
+            p(&model),
+            "--out".into(),
+            p(&model),
+        ],
+        vec!["import".into(), "--db".into(), p(&db), p(&db)],
+        vec![
+            "codegen".into(),
+            "--workload=matmul:M=8,N=8,K=8".into(),
+            "--emit=obj".into(),
+            "--out".into(),
+            p(&obj),
+            "--header".into(),
+            p(&header_dir),
+        ],
+    ];
+    for args in cases {
+        let out = bin().args(&args).output().expect("run");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.starts_with("tensortune: "), "{args:?}: {err}");
+    }
+    for (f, b) in files.iter().zip(&before) {
+        assert_eq!(
+            &std::fs::read(f).expect("read"),
+            b,
+            "{} changed",
+            f.display()
+        );
+    }
+    // A merge that fails (a source that is not there) leaves no new, empty target behind.
+    let target = d.join("new.db");
+    let out = bin()
+        .args(["merge", "--into"])
+        .arg(&target)
+        .arg(d.join("missing.db"))
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        !target.exists(),
+        "a failed merge created {}",
+        target.display()
+    );
+}

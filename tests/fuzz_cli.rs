@@ -136,15 +136,19 @@ fn path_arg(flag: &str, path: &Path) -> String {
 const WORKLOAD: &str = "matmul:K=4,M=2,N=3,dtype=f32";
 
 /// A small database as a tuning run leaves it: a few timed records and a failure.
-fn sample_db(path: &Path) {
-    let mut db = Database::open(path).expect("open");
-    let w = Workload::new(WORKLOAD, 48.0);
-    let timing = |s: f64| Timing {
+/// A timing of median `s`, its spread 10% either way, three repeats.
+fn timing(s: f64) -> Timing {
+    Timing {
         median_s: s,
         min_s: s * 0.9,
         max_s: s * 1.1,
         repeats: 3,
-    };
+    }
+}
+
+fn sample_db(path: &Path) {
+    let mut db = Database::open(path).expect("open");
+    let w = Workload::new(WORKLOAD, 48.0);
     let traces = [
         r#"{"steps":[]}"#,
         r#"{"steps":[{"op":"split","stage":2,"iter":0,"factors":[2]}]}"#,
@@ -251,12 +255,7 @@ fn hostile_traces_never_crash_or_hang_the_cli() {
     let chain = format!(r#"{{"steps":[{}]}}"#, steps.join(","));
     {
         let mut db = Database::open(&path).expect("open");
-        let timing = Timing {
-            median_s: 1e-6,
-            min_s: 1e-6,
-            max_s: 1e-6,
-            repeats: 3,
-        };
+        let timing = timing(1e-6);
         let batch = vec![
             NewRecord::measured(Workload::new(WORKLOAD, 48.0), &target, &deep, timing),
             NewRecord::measured(
@@ -470,4 +469,45 @@ fn damaged_npy_inputs_never_crash_run() {
         ));
     }
     run_cases(&cases);
+}
+
+/// Strings of a database printed as text (here a workload key and a target; also a stored
+/// trace and a plan id) have their control characters escaped: an escape sequence stored in a key must not
+/// reach the terminal that `records` or `best` prints to.
+#[test]
+fn database_strings_cannot_drive_the_terminal() {
+    let dir = temp_dir();
+    let path = dir.path().join("escapes.db");
+    let evil = "\u{1b}]0;title\u{7}\u{1b}[31m\r";
+    {
+        let mut db = Database::open(&path).expect("open");
+        let timing = timing(1e-6);
+        let record = NewRecord::measured(
+            Workload::new(format!("{WORKLOAD}{evil}"), 48.0),
+            format!("llvm -threads=1{evil}"),
+            r#"{"steps":[]}"#,
+            timing,
+        );
+        db.insert_batch(None, &[record]).expect("insert");
+    }
+    for command in [
+        vec!["records".to_string(), path_arg("--db", &path)],
+        vec![
+            "best".to_string(),
+            path_arg("--db", &path),
+            format!("--workload={WORKLOAD}{evil}"),
+        ],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_tensortune"))
+            .args(&command)
+            .output()
+            .expect("run");
+        for stream in [&out.stdout, &out.stderr] {
+            assert!(
+                !stream.iter().any(|&b| b == 0x1b || b == b'\r' || b == 0x07),
+                "{command:?} printed a control character: {}",
+                String::from_utf8_lossy(stream)
+            );
+        }
+    }
 }

@@ -52,6 +52,56 @@ pub fn write_bytes_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     write_atomic(path, |w| w.write_all(bytes))
 }
 
+/// Writes several files so that a failure leaves every one of them as it was: each content
+/// goes to its temporary file first (a directory, a missing folder or a full disk fails here,
+/// before any target changes), and only then are the temporaries renamed over their targets,
+/// in order. A device or pipe among the targets is written in place at that point, as
+/// [`write_atomic`] does.
+pub fn write_files_atomic(files: &[(&Path, &[u8])]) -> io::Result<()> {
+    let mut staged: Vec<(PathBuf, &Path)> = Vec::new();
+    let mut streams: Vec<(&Path, &[u8])> = Vec::new();
+    let result = (|| {
+        for &(path, bytes) in files {
+            if let Ok(meta) = std::fs::metadata(path) {
+                if meta.is_dir() {
+                    return Err(io::Error::new(
+                        io::ErrorKind::IsADirectory,
+                        format!("{}: the output path is a directory", path.display()),
+                    ));
+                }
+                if !meta.is_file() {
+                    streams.push((path, bytes));
+                    continue;
+                }
+            }
+            let (tmp, file) = create_temp(path)?;
+            staged.push((tmp, path));
+            let mut w = BufWriter::new(file);
+            w.write_all(bytes)?;
+            w.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+        }
+        Ok(())
+    })();
+    if let Err(e) = result {
+        for (tmp, _) in &staged {
+            let _ = std::fs::remove_file(tmp);
+        }
+        return Err(e);
+    }
+    for (i, (tmp, path)) in staged.iter().enumerate() {
+        if let Err(e) = std::fs::rename(tmp, path) {
+            for (rest, _) in &staged[i..] {
+                let _ = std::fs::remove_file(rest);
+            }
+            return Err(e);
+        }
+    }
+    for (path, bytes) in streams {
+        write_atomic(path, |w| w.write_all(bytes))?;
+    }
+    Ok(())
+}
+
 /// A new, exclusively created file beside `path`: `.NAME.PID-N.tmp`, `N` counting up in this
 /// process until a free name is found.
 fn create_temp(path: &Path) -> io::Result<(PathBuf, File)> {
@@ -76,6 +126,30 @@ fn create_temp(path: &Path) -> io::Result<(PathBuf, File)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn several_files_are_all_written_or_none_is() {
+        let dir = tempfile::tempdir().expect("dir");
+        let (a, b) = (dir.path().join("a.o"), dir.path().join("a.h"));
+        std::fs::write(&a, "old a").expect("write");
+        // The second target is a directory, the third's folder does not exist: nothing changes.
+        let sub = dir.path().join("sub");
+        std::fs::create_dir(&sub).expect("dir");
+        let missing = dir.path().join("no").join("x.h");
+        for bad in [&sub, &missing] {
+            assert!(write_files_atomic(&[(&a, b"new a"), (bad, b"h")]).is_err());
+            assert_eq!(std::fs::read(&a).expect("read"), b"old a");
+        }
+        write_files_atomic(&[(&a, b"new a"), (&b, b"new h")]).expect("both");
+        assert_eq!(std::fs::read(&a).expect("read"), b"new a");
+        assert_eq!(std::fs::read(&b).expect("read"), b"new h");
+        let left: Vec<_> = std::fs::read_dir(dir.path())
+            .expect("list")
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+            .collect();
+        assert!(left.is_empty(), "temporaries left: {left:?}");
+    }
 
     #[test]
     fn a_device_is_written_in_place_not_replaced() {

@@ -182,6 +182,21 @@ pub enum RecordsError {
     },
 }
 
+/// An error that only a database whose tables were changed by something else gives: one of
+/// ours at the current version always has these tables, columns and constraints. SQLite
+/// reports them all as its generic error, so they are told apart by message.
+fn damaged_schema(e: &rusqlite::Error) -> bool {
+    let text = e.to_string();
+    [
+        "no such table",
+        "no such column",
+        "has no column named",
+        "does not match any PRIMARY KEY or UNIQUE constraint",
+    ]
+    .iter()
+    .any(|m| text.contains(m))
+}
+
 impl RecordsError {
     /// True when the cause lies in what the user gave (a path, a file, a flag) rather than in
     /// the program or the machine; front ends exit with a usage status for these.
@@ -216,16 +231,18 @@ impl RecordsError {
             ),
             // A path in a missing folder, a file or folder without write permission, a full
             // disk, or a "database" that is a device (`/dev/null` fails with an I/O error).
-            RecordsError::Sqlite { source, .. } => matches!(
-                source.sqlite_error_code(),
-                Some(
-                    rusqlite::ErrorCode::CannotOpen
-                        | rusqlite::ErrorCode::ReadOnly
-                        | rusqlite::ErrorCode::PermissionDenied
-                        | rusqlite::ErrorCode::DiskFull
-                        | rusqlite::ErrorCode::SystemIoFailure
-                )
-            ),
+            RecordsError::Sqlite { source, .. } => {
+                matches!(
+                    source.sqlite_error_code(),
+                    Some(
+                        rusqlite::ErrorCode::CannotOpen
+                            | rusqlite::ErrorCode::ReadOnly
+                            | rusqlite::ErrorCode::PermissionDenied
+                            | rusqlite::ErrorCode::DiskFull
+                            | rusqlite::ErrorCode::SystemIoFailure
+                    )
+                ) || damaged_schema(source)
+            }
             // Unreachable, wrong credentials, no such database or schema, no permission.
             RecordsError::Postgres {
                 code, connection, ..
@@ -362,4 +379,32 @@ pub enum LineErrorKind {
     /// The validator rejected the workload or the trace.
     #[error(transparent)]
     Validation(#[from] ValidationError),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A table or column dropped, or a constraint removed, by something other than this
+    /// crate: the user's file to repair, not an internal error.
+    #[test]
+    fn a_damaged_schema_is_the_users_error() {
+        let conn = rusqlite::Connection::open_in_memory().expect("open");
+        conn.execute_batch("create table t (a integer)")
+            .expect("create");
+        let err = |sql: &str| RecordsError::Sqlite {
+            path: PathBuf::from("x.db"),
+            source: conn.execute_batch(sql).expect_err(sql),
+        };
+        for sql in [
+            "select * from records",
+            "select b from t",
+            "insert into t (b) values (1)",
+            "insert into t (a) values (1) on conflict (a) do nothing",
+        ] {
+            assert!(err(sql).is_user_error(), "{sql}: {}", err(sql));
+        }
+        // A statement of ours with a syntax error is ours.
+        assert!(!err("selec 1").is_user_error());
+    }
 }

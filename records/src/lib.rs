@@ -70,7 +70,7 @@ mod time;
 mod types;
 mod validate;
 
-pub use atomic::{write_atomic, write_bytes_atomic};
+pub use atomic::{write_atomic, write_bytes_atomic, write_files_atomic};
 pub use db::{
     busy_timeout, check_busy_timeout_env, Database, BUSY_TIMEOUT, BUSY_TIMEOUT_ENV, WRITE_ATTEMPTS,
 };
@@ -84,6 +84,6 @@ pub use time::{Timestamp, TimestampError};
 pub use types::{
     ErrorKind, NewRecord, NewRun, Outcome, PlanProgress, Record, RecordId, RunId, RunInfo, RunPlan,
     StoredPlan, Summary, Timing, UnknownErrorKind, Workload, WorkloadInfo, MAX_FLOPS_PER_S,
-    MIN_LATENCY_S,
+    MAX_LATENCY_S, MIN_LATENCY_S,
 };
 pub use validate::{op_name, JsonSyntaxValidator, RecordValidator, ValidWorkload, ValidationError};

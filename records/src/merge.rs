@@ -62,6 +62,14 @@ impl Database {
         let own = self.store.identity();
         let mut opened = Vec::with_capacity(sources.len());
         for source in sources {
+            // Before opening it: SQLite refuses a second handle on a file open here under
+            // another name (a hard link) with a bare I/O error.
+            let path = source.as_ref();
+            if crate::store::sqlite::file_identity(path) == own {
+                return Err(RecordsError::MergeIntoSelf {
+                    path: path.to_path_buf(),
+                });
+            }
             let source = Database::open_read_only(source)?;
             if source.store.identity() == own {
                 return Err(RecordsError::MergeIntoSelf {

@@ -276,11 +276,11 @@ pub(crate) fn parse_time(text: &str, location: &Path) -> Result<Timestamp> {
 /// passes [`Timing::check_plausible`] with the target-blind limit: what the best-record
 /// queries rank. Comparisons with NULL are not true, so a row with a missing time fails it.
 fn plausible_sql() -> String {
-    use crate::types::{MAX_FLOPS_PER_S, MIN_LATENCY_S};
+    use crate::types::{MAX_FLOPS_PER_S, MAX_LATENCY_S, MIN_LATENCY_S};
     format!(
-        "(r.error_kind IS NULL AND r.median_s >= {MIN_LATENCY_S:e} AND r.min_s <= r.median_s \
-         AND r.median_s <= r.max_s AND r.repeats >= 1 AND w.flops <= r.median_s * \
-         {MAX_FLOPS_PER_S:e})"
+        "(r.error_kind IS NULL AND r.min_s >= {MIN_LATENCY_S:e} AND r.min_s <= r.median_s \
+         AND r.median_s <= r.max_s AND r.max_s <= {MAX_LATENCY_S:e} AND r.repeats >= 1 \
+         AND w.flops >= 0 AND w.flops <= r.median_s * {MAX_FLOPS_PER_S:e})"
     )
 }
 
@@ -308,6 +308,11 @@ fn stored_timing(row: &Row<'_>, flops: f64) -> Result<Outcome> {
     let Ok(repeats) = u32::try_from(repeats) else {
         return Ok(bad(format!("repeats {repeats}")));
     };
+    // The workload's FLOPs come from the op library and are finite and not negative; another
+    // value (edited by hand) would rank the record by a negative or infinite throughput.
+    if !(flops.is_finite() && flops >= 0.0) {
+        return Ok(bad(format!("the workload's flops are {flops}")));
+    }
     let t = Timing {
         median_s,
         min_s,

@@ -128,6 +128,11 @@ pub struct Timing {
 /// below it was not measured.
 pub const MIN_LATENCY_S: f64 = 1e-10;
 
+/// No measured kernel call takes longer than this (seconds): a day, far past every timeout of
+/// the measurers. A stored or imported time above it was not measured (a value of 1e308 had
+/// readers print a 300-digit latency).
+pub const MAX_LATENCY_S: f64 = 86_400.0;
+
 /// The most floating-point operations per second any record may claim, whatever its target:
 /// 10 PFLOP/s, about a hundred times the fp32 peak of the fastest single accelerator. A
 /// validator that knows the target bounds it tighter ([`crate::RecordValidator::max_flops_per_s`]).
@@ -139,10 +144,10 @@ impl Timing {
     pub fn check(&self) -> Result<(), InvalidReason> {
         let all_possible = [self.median_s, self.min_s, self.max_s]
             .iter()
-            .all(|t| t.is_finite() && *t >= MIN_LATENCY_S);
+            .all(|t| t.is_finite() && (MIN_LATENCY_S..=MAX_LATENCY_S).contains(t));
         if !all_possible {
             return Err(InvalidReason::BadTiming(format!(
-                "times must be finite and at least {MIN_LATENCY_S:e} s, got {self:?}"
+                "times must be {MIN_LATENCY_S:e} to {MAX_LATENCY_S} s, got {self:?}"
             )));
         }
         if !(self.min_s <= self.median_s && self.median_s <= self.max_s) {
@@ -385,6 +390,7 @@ impl Summary {
     /// GFLOP/s of the best record.
     pub fn best_gflops(&self) -> Option<f64> {
         let t = self.best_s?;
-        (t > 0.0).then(|| self.workload.flops / t / 1e9)
+        let flops = self.workload.flops;
+        (t > 0.0 && flops.is_finite() && flops > 0.0).then(|| flops / t / 1e9)
     }
 }

@@ -96,6 +96,14 @@ fn merge_is_all_or_nothing_and_refuses_itself(place: &Place) {
     let own = into.path().to_path_buf();
     let err = into.merge_from(&[&own], &FakeSchedules).expect_err("self");
     assert!(matches!(err, RecordsError::MergeIntoSelf { .. }), "{err}");
+    // A hard link is the same file under another name.
+    #[cfg(unix)]
+    {
+        let link = own.with_file_name("hard-link.db");
+        std::fs::hard_link(&own, &link).expect("hard link");
+        let err = into.merge_from(&[&link], &FakeSchedules).expect_err("self");
+        assert!(matches!(err, RecordsError::MergeIntoSelf { .. }), "{err}");
+    }
 }
 
 /// A source whose rows were edited by hand (or by another program) into what no tuning run
@@ -202,4 +210,22 @@ fn readers_treat_out_of_range_rows_as_bad_records() {
         assert_eq!(summary[0].errors, 1, "median {median}");
         assert_eq!(summary[0].best_s, Some(2e-5), "median {median}");
     }
+    // Times past a day (readers printed 1e308 s as 300 digits) and a workload's FLOPs that
+    // are negative: bad records too.
+    conn.execute(
+        "UPDATE records SET median_s = 1e308, min_s = 1e308, max_s = 1e308 WHERE median_s < 1e-5",
+        [],
+    )
+    .expect("update");
+    let db = Database::open_existing(&path).expect("open");
+    assert_eq!(db.summary().expect("summary")[0].errors, 1);
+    let best = db.best(&w.key, CPU).expect("best").expect("a sound record");
+    assert_eq!(best.outcome.timing().map(|t| t.median_s), Some(2e-5));
+    drop(db);
+    conn.execute("UPDATE workloads SET flops = -1e9", [])
+        .expect("update");
+    let db = Database::open_existing(&path).expect("open");
+    let summary = db.summary().expect("summary");
+    assert_eq!((summary[0].errors, summary[0].best_s), (2, None));
+    assert!(db.best(&w.key, CPU).expect("best").is_none());
 }

@@ -157,8 +157,19 @@ pub fn codegen(args: &CodegenArgs, out: &mut dyn Write) -> Result<(), CliError> 
                 params: c.params.clone(),
             }],
         );
-        write_out(path, &c.object)?;
-        write_out(&header_path, text.as_bytes())?;
+        // Both or neither: a header that cannot be written must not leave a new object
+        // beside an old header (or replace the user's object and then fail).
+        tensortune_records::write_files_atomic(&[
+            (path, &c.object),
+            (&header_path, text.as_bytes()),
+        ])
+        .map_err(|e| {
+            CliError::Usage(format!(
+                "{} and {}: cannot write: {e}",
+                path.display(),
+                header_path.display()
+            ))
+        })?;
         return writeln!(
             out,
             "wrote {} ({} bytes, `{}`) and {}: {} from {}",

@@ -99,8 +99,8 @@ pub fn show(args: &ShowArgs, out: &mut dyn Write) -> Result<(), CliError> {
             let (trace, func) = replay_and_lower(&dag, &r.trace_json)?;
             let t = r.outcome.timing().map(|t| t.median_s).unwrap_or(f64::NAN);
             let headline = format!(
-                "{:.3} ms, {:.1} GFLOP/s",
-                t * 1e3,
+                "{}, {:.1} GFLOP/s",
+                super::records::format_seconds(t),
                 r.gflops().unwrap_or(0.0)
             );
             (headline, trace, func)

@@ -268,7 +268,8 @@ pub fn eval(args: &EvalArgs, out: &mut dyn Write) -> Result<(), CliError> {
     }
     writeln!(
         out,
-        "target {target}: {} records, {} samples ({} failed), {} records that no longer replay{}",
+        "target {}: {} records, {} samples ({} failed), {} records that no longer replay{}",
+        tensortune_schedules::text::single_line(&target),
         loaded.records,
         loaded.samples,
         loaded.failed,
@@ -287,9 +288,10 @@ pub fn eval(args: &EvalArgs, out: &mut dyn Write) -> Result<(), CliError> {
         let apart = w
             .pairs_apart_share
             .map_or_else(|| "-".to_string(), |x| format!("{:.0}%", 100.0 * x));
+        let key = tensortune_schedules::text::single_line(&w.workload);
         for (i, (name, m)) in w.models.iter().enumerate() {
             let (label, c, a) = if i == 0 {
-                (w.workload.as_str(), counts.as_str(), apart.as_str())
+                (key.as_ref(), counts.as_str(), apart.as_str())
             } else {
                 ("", "", "")
             };
@@ -352,8 +354,9 @@ pub fn train(args: &TrainArgs, out: &mut dyn Write) -> Result<(), CliError> {
     model.save(&args.out).map_err(model_error)?;
     writeln!(
         out,
-        "trained on {} samples of target {target} ({} records that no longer replay{}){}; wrote {}",
+        "trained on {} samples of target {} ({} records that no longer replay{}){}; wrote {}",
         loaded.samples,
+        tensortune_schedules::text::single_line(&target),
         loaded.no_longer_replay(),
         not_library_ops(&loaded),
         if model.is_trained() {

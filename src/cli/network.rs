@@ -198,7 +198,7 @@ pub fn tune_model(args: &TuneModelArgs, out: &mut dyn Write) -> Result<(), CliEr
         let lat = r.best_latency_s;
         total += lat.unwrap_or(f64::NAN) * count as f64;
         let best = lat.map_or("no valid program".to_string(), |l| {
-            format!("{:.3} ms", l * 1e3)
+            super::records::format_seconds(l)
         });
         writeln!(
             out,
@@ -220,6 +220,14 @@ pub fn tune_model(args: &TuneModelArgs, out: &mut dyn Write) -> Result<(), CliEr
 /// Runs `tensortune run-model`.
 pub fn run_model(args: &RunModelArgs, out: &mut dyn Write) -> Result<(), CliError> {
     check_count("--repeat", args.repeat, 1, 100_000)?;
+    if let Some(o) = &args.output {
+        let inputs: Vec<(&str, &std::path::Path)> =
+            std::iter::once(("MODEL", args.model.as_path()))
+                .chain(args.db.iter().map(|p| ("--db", p.as_path())))
+                .chain(args.inputs.iter().map(|p| ("--inputs", p.as_path())))
+                .collect();
+        super::output::refuse_clobbering(&inputs, &[("--output", o)])?;
+    }
     let threads = resolve_threads("--threads", args.threads)?;
     let mut import = import_options(&args.input_shapes)?;
     let arrays: Vec<ArrayD<f32>> = args

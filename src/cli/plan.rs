@@ -64,6 +64,14 @@ pub struct PlanArgs {
 /// Runs `tensortune plan`.
 pub fn plan(args: &PlanArgs, out: &mut dyn Write) -> Result<(), CliError> {
     check_count("--trials", args.trials, 1, 100_000_000)?;
+    if let Some(o) = &args.out {
+        let inputs: Vec<(&str, &std::path::Path)> = args
+            .models
+            .iter()
+            .map(|m| ("--model", m.as_path()))
+            .collect();
+        super::output::refuse_clobbering(&inputs, &[("--out", o)])?;
+    }
     let mut tasks = Vec::new();
     for w in &args.workloads {
         let (spec, weight) = parse_weighted(w)?;
@@ -298,7 +306,10 @@ pub(super) fn progress_lines(db: &Database) -> Result<String, CliError> {
     let mut text = String::new();
     for stored in db.plans()? {
         let Ok(plan) = Plan::parse(&stored.body) else {
-            text.push_str(&format!("plan {}: unreadable plan body\n", stored.id));
+            text.push_str(&format!(
+                "plan {}: unreadable plan body\n",
+                tensortune_schedules::text::single_line(&stored.id)
+            ));
             continue;
         };
         let records = plan_records(db, &plan)?;

@@ -14,6 +14,7 @@ use tensortune_records::{
     ValidationError,
 };
 use tensortune_schedules::ops::{SpecError, WorkloadSpec};
+use tensortune_schedules::text::single_line;
 use tensortune_schedules::trace::Trace;
 
 use super::CliError;
@@ -173,9 +174,11 @@ pub fn records(args: &RecordsArgs, out: &mut dyn Write) -> Result<(), CliError> 
         "GFLOP/s".to_string(),
     ]];
     for row in &rows {
+        // Strings from the file: control characters escaped, so that a key holding an escape
+        // sequence cannot drive the terminal it is printed to.
         table.push([
-            row.workload.key.clone(),
-            row.target.clone(),
+            single_line(&row.workload.key).into_owned(),
+            single_line(&row.target).into_owned(),
             row.trials.to_string(),
             row.errors.to_string(),
             row.best_s.map_or_else(|| "-".to_string(), format_seconds),
@@ -260,6 +263,8 @@ pub fn import(args: &ImportArgs, out: &mut dyn Write, err: &mut dyn Write) -> Re
             args.file.display()
         )));
     }
+    // The database read as JSON lines into itself: refused before either is opened.
+    super::output::refuse_clobbering(&[("FILE", &args.file)], &[("--db", &args.db)])?;
     let mut db = Database::open(&args.db)?;
     let report = if args.file == Path::new("-") {
         let stdin = io::stdin();
@@ -299,8 +304,24 @@ pub fn import(args: &ImportArgs, out: &mut dyn Write, err: &mut dyn Write) -> Re
 
 /// `tensortune merge`: all sources into `--into`, in one transaction.
 pub fn merge(args: &MergeArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result<(), CliError> {
+    // A target this command creates is removed again if the merge fails (a missing or
+    // damaged source): a failed command leaves no empty database behind.
+    let created = !args.into.exists() && !tensortune_records::is_server(&args.into);
     let mut db = Database::open(&args.into)?;
-    let report = db.merge_from(&args.sources, &SchedulesValidator)?;
+    let report = match db.merge_from(&args.sources, &SchedulesValidator) {
+        Ok(report) => report,
+        Err(e) => {
+            drop(db);
+            if created {
+                for suffix in ["", "-wal", "-shm"] {
+                    let mut p = args.into.clone().into_os_string();
+                    p.push(suffix);
+                    let _ = std::fs::remove_file(p);
+                }
+            }
+            return Err(e.into());
+        }
+    };
     for r in &report.rejected {
         // Best effort, like import's report of bad lines: stderr going away is not an error.
         let _ = writeln!(err, "{r}");
@@ -349,7 +370,11 @@ pub(super) fn workload_key(db: &Database, spec: &str) -> Result<String, CliError
 
 /// A record for a person: latency, throughput, spread, provenance, trace.
 fn describe(record: &Record) -> String {
-    let mut text = format!("{} on {}\n", record.workload.key, record.target);
+    let mut text = format!(
+        "{} on {}\n",
+        single_line(&record.workload.key),
+        single_line(&record.target)
+    );
     if let Some(t) = record.outcome.timing() {
         let gflops = record
             .gflops()
@@ -366,8 +391,8 @@ fn describe(record: &Record) -> String {
     text.push_str(&format!(
         "  measured {}\n  trace    {} {}\n",
         record.measured_at,
-        &record.trace_hash[..record.trace_hash.len().min(12)],
-        record.trace_json
+        single_line(&record.trace_hash[..record.trace_hash.len().min(12)]),
+        single_line(&record.trace_json)
     ));
     text
 }

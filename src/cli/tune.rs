@@ -295,7 +295,7 @@ fn tune_on<B: Backend>(
         for (key, (trials, best)) in tasks.iter().map(|t| &t.0).zip(&earlier) {
             if *trials > 0 {
                 let best = best.map_or("no valid program".to_string(), |b| {
-                    format!("best {}", latency_text(b))
+                    format!("best {}", super::records::format_seconds(b))
                 });
                 // A progress line: shown unless `-q` (or RUST_LOG) silences progress.
                 log::info!(
@@ -332,12 +332,12 @@ fn tune_on<B: Backend>(
                         out,
                         "{}: best {} ({:.1} GFLOP/s{gbs}), {} trials ({} failed, {} cut short), re-measured; during tuning {}",
                         r.workload,
-                        latency_text(l),
+                        super::records::format_seconds(l),
                         g,
                         r.trials,
                         r.errors,
                         r.cut_short,
-                        latency_text(r.tuning_latency_s.unwrap_or(l))
+                        super::records::format_seconds(r.tuning_latency_s.unwrap_or(l))
                     )
                     .map_err(io)?;
                     if let Some(line) = remeasure_line(r) {
@@ -356,7 +356,7 @@ fn tune_on<B: Backend>(
                         writeln!(
                             out,
                             "  the default schedule (no record) re-measured {}: {verdict}",
-                            latency_text(d)
+                            super::records::format_seconds(d)
                         )
                         .map_err(io)?;
                     }
@@ -427,22 +427,12 @@ fn tune_on<B: Backend>(
     Ok(())
 }
 
-/// A kernel's time for the summary: microseconds below a millisecond, where three decimals of
-/// a millisecond would show a small kernel as 0.000 ms.
-fn latency_text(s: f64) -> String {
-    if s < 1e-3 {
-        format!("{:.2} µs", s * 1e6)
-    } else {
-        format!("{:.3} ms", s * 1e3)
-    }
-}
-
 /// How the re-measured ranking compares with the tuning ranking, in one line: whether the
 /// program tuning found fastest is still the fastest, and by how much the figures moved.
 fn remeasure_line(r: &crate::tune::TuneReport) -> Option<String> {
     let rank = r.remeasured_best_rank()?;
     let n = r.remeasured.len();
-    let ms = latency_text;
+    let ms = super::records::format_seconds;
     let first = r.remeasured.first()?;
     let first_now = first.latency_s.map_or("failed".to_string(), ms);
     // More rounds than the fewest were taken because the first ones disagreed: the host was

@@ -149,8 +149,9 @@ pub(crate) trait Store: std::fmt::Debug + Send {
     fn backend(&self) -> Backend;
     /// The path, or the URL without its password: what errors and reports name.
     fn location(&self) -> &Path;
-    /// What tells two handles on one database apart from handles on two: the canonical path,
-    /// or the server, port, database and options of the URL.
+    /// What tells two handles on one database apart from handles on two: the file (its
+    /// device and inode, else its canonical path), or the server, port, database and options
+    /// of the URL.
     fn identity(&self) -> String;
     /// The schema version of the database.
     fn schema_version(&self) -> Result<u32>;

@@ -145,6 +145,22 @@ impl SqliteStore {
     }
 }
 
+/// [`Store::identity`] of the SQLite file at `path`, known without opening it: the file
+/// itself where the system can say (a hard link is another path to the same file, which a
+/// path comparison takes for another database, and SQLite would keep a second WAL file for
+/// it), else its canonical path.
+pub(crate) fn file_identity(path: &Path) -> String {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        if let Ok(m) = std::fs::metadata(path) {
+            return format!("sqlite:dev {} inode {}", m.dev(), m.ino());
+        }
+    }
+    let canonical = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    format!("sqlite:{}", canonical.display())
+}
+
 impl Store for SqliteStore {
     fn backend(&self) -> Backend {
         Backend::Sqlite
@@ -155,8 +171,7 @@ impl Store for SqliteStore {
     }
 
     fn identity(&self) -> String {
-        let canonical = std::fs::canonicalize(&self.path).unwrap_or_else(|_| self.path.clone());
-        format!("sqlite:{}", canonical.display())
+        file_identity(&self.path)
     }
 
     fn schema_version(&self) -> Result<u32> {
