@@ -431,4 +431,12 @@ fn outputs_onto_inputs_are_refused_and_nothing_changes() {
         "a failed merge created {}",
         target.display()
     );
+    // A folder given as the database: said so (SQLite's own word was "disk I/O error").
+    let out = bin()
+        .args(["records", "--db"])
+        .arg(&header_dir)
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("a directory"));
 }

@@ -58,6 +58,18 @@ pub fn refuse_clobbering(
                     out.display()
                 )));
             }
+            // An SQLite database's write-ahead log and shared-memory index hold part of it:
+            // writing over either loses or corrupts transactions not yet in the main file.
+            for suffix in ["-wal", "-shm"] {
+                let mut side = input.as_os_str().to_owned();
+                side.push(suffix);
+                if is_file(input) && same_file(out, Path::new(&side)) {
+                    return Err(CliError::Usage(format!(
+                        "{name} {} is {in_name}'s `{suffix}` file: refusing to overwrite it",
+                        out.display()
+                    )));
+                }
+            }
         }
         for (other_name, other) in &outputs[i + 1..] {
             if is_file(other) && same_file(out, other) {
@@ -96,7 +108,8 @@ mod tests {
         #[cfg(unix)]
         std::os::unix::fs::symlink(&db, &link).expect("link");
         let dotted = dir.path().join(".").join("a.db");
-        for out in [&db, &dotted, &link] {
+        let wal = dir.path().join("a.db-wal");
+        for out in [&db, &dotted, &link, &wal] {
             let e = refuse_clobbering(&[("--db", &db)], &[("--out", out)]).expect_err("same");
             assert_eq!(e.exit_code(), 2);
             assert!(e.to_string().contains("--db"), "{e}");

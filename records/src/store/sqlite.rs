@@ -35,6 +35,9 @@ impl SqliteStore {
         if !path.exists() {
             return Err(RecordsError::Missing { path });
         }
+        if path.is_dir() {
+            return Err(directory(&path));
+        }
         let conn = connect_read_only(&path)?;
         let store = SqliteStore { conn, path };
         store
@@ -64,6 +67,10 @@ impl SqliteStore {
     /// the busy handler, where waiting could deadlock (two processes creating one file, each
     /// switching it to WAL or migrating it). Each attempt is a fresh connection.
     pub fn open(path: &Path, create: bool) -> Result<SqliteStore> {
+        // SQLite says only "disk I/O error" for a folder.
+        if path.is_dir() {
+            return Err(directory(path));
+        }
         let start = std::time::Instant::now();
         let mut pause = Duration::from_millis(2);
         loop {
@@ -142,6 +149,17 @@ impl SqliteStore {
 
     fn error(&self, e: rusqlite::Error) -> RecordsError {
         sqlite_error(&self.path, e)
+    }
+}
+
+/// The error for a database path that is a folder (SQLite itself says "disk I/O error").
+fn directory(path: &Path) -> RecordsError {
+    RecordsError::Io {
+        path: path.to_path_buf(),
+        source: std::io::Error::new(
+            std::io::ErrorKind::IsADirectory,
+            "a directory, not a database file",
+        ),
     }
 }
 
