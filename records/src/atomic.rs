@@ -5,6 +5,11 @@
 //! renamed over the target. On any error the temporary file is removed and the target is
 //! untouched: a full disk, a kill or a crash mid-write leave the previous file as it was, and
 //! no file but our own temporary is ever created or removed.
+//!
+//! An output path that is a symbolic link is written through: the file the link names is
+//! replaced and the link stays, as a shell's `>` would leave it (renaming over the link itself
+//! would turn it into a regular file and leave its target stale). A file replaced keeps its
+//! permission bits.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write};
@@ -16,6 +21,8 @@ pub fn write_atomic(
     path: &Path,
     fill: impl FnOnce(&mut dyn Write) -> io::Result<()>,
 ) -> io::Result<()> {
+    let resolved = resolve_links(path)?;
+    let path = resolved.as_path();
     // A device, pipe or socket (`/dev/null`, `/dev/stdout`, a FIFO) is a stream, not a file
     // to replace: it is written in place. Renaming over it would put a regular file where
     // the device was (as root, for every program on the machine).
@@ -58,11 +65,12 @@ pub fn write_bytes_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
 /// in order. A device or pipe among the targets is written in place at that point, as
 /// [`write_atomic`] does.
 pub fn write_files_atomic(files: &[(&Path, &[u8])]) -> io::Result<()> {
-    let mut staged: Vec<(PathBuf, &Path)> = Vec::new();
-    let mut streams: Vec<(&Path, &[u8])> = Vec::new();
+    let mut staged: Vec<(PathBuf, PathBuf)> = Vec::new();
+    let mut streams: Vec<(PathBuf, &[u8])> = Vec::new();
     let result = (|| {
         for &(path, bytes) in files {
-            if let Ok(meta) = std::fs::metadata(path) {
+            let path = resolve_links(path)?;
+            if let Ok(meta) = std::fs::metadata(&path) {
                 if meta.is_dir() {
                     return Err(io::Error::new(
                         io::ErrorKind::IsADirectory,
@@ -74,7 +82,7 @@ pub fn write_files_atomic(files: &[(&Path, &[u8])]) -> io::Result<()> {
                     continue;
                 }
             }
-            let (tmp, file) = create_temp(path)?;
+            let (tmp, file) = create_temp(&path)?;
             staged.push((tmp, path));
             let mut w = BufWriter::new(file);
             w.write_all(bytes)?;
@@ -97,9 +105,35 @@ pub fn write_files_atomic(files: &[(&Path, &[u8])]) -> io::Result<()> {
         }
     }
     for (path, bytes) in streams {
-        write_atomic(path, |w| w.write_all(bytes))?;
+        write_atomic(&path, |w| w.write_all(bytes))?;
     }
     Ok(())
+}
+
+/// The file that `path` names once symbolic links are followed: `path` itself when it is not
+/// a link (or does not exist), else the end of its chain of links, relative targets taken from
+/// the link's folder. A dangling link gives the missing file it points to, which the write
+/// then creates. A loop of links is an error, as opening it would be.
+fn resolve_links(path: &Path) -> io::Result<PathBuf> {
+    // Linux's own limit on links followed in one lookup.
+    const MAX_HOPS: usize = 40;
+    let mut at = path.to_path_buf();
+    for _ in 0..MAX_HOPS {
+        match std::fs::symlink_metadata(&at) {
+            Ok(meta) if meta.file_type().is_symlink() => {
+                let target = std::fs::read_link(&at)?;
+                at = match at.parent() {
+                    Some(dir) if target.is_relative() => dir.join(target),
+                    _ => target,
+                };
+            }
+            _ => return Ok(at),
+        }
+    }
+    Err(io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!("{}: too many levels of symbolic links", path.display()),
+    ))
 }
 
 /// A new, exclusively created file beside `path`: `.NAME.PID-N.tmp`, `N` counting up in this
@@ -116,7 +150,14 @@ fn create_temp(path: &Path) -> io::Result<(PathBuf, File)> {
         tmp_name.push(format!(".{}-{n}.tmp", std::process::id()));
         let tmp = path.with_file_name(tmp_name);
         match OpenOptions::new().write(true).create_new(true).open(&tmp) {
-            Ok(f) => return Ok((tmp, f)),
+            Ok(f) => {
+                // The file replaced keeps its permissions (a script's executable bit, a
+                // group's write access); best effort, as the content is what matters.
+                if let Ok(meta) = std::fs::metadata(path) {
+                    let _ = f.set_permissions(meta.permissions());
+                }
+                return Ok((tmp, f));
+            }
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
             Err(e) => return Err(e),
         }
@@ -187,5 +228,52 @@ mod tests {
         write_bytes_atomic(&path, b"new").expect("write");
         assert_eq!(std::fs::read_to_string(&path).expect("read"), "new");
         assert_eq!(std::fs::read_dir(dir.path()).expect("ls").count(), 2);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_link_is_written_through_and_a_file_keeps_its_mode() {
+        use std::os::unix::fs::{symlink, PermissionsExt};
+        let dir = tempfile::tempdir().expect("dir");
+        let real = dir.path().join("real.json");
+        std::fs::write(&real, "old").expect("write");
+        std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o640)).expect("chmod");
+        // A relative link, and a link to that link.
+        let link = dir.path().join("link.json");
+        symlink("real.json", &link).expect("link");
+        let link2 = dir.path().join("link2.json");
+        symlink(&link, &link2).expect("link");
+        write_bytes_atomic(&link2, b"new").expect("write through");
+        assert!(std::fs::symlink_metadata(&link)
+            .expect("meta")
+            .file_type()
+            .is_symlink());
+        assert!(std::fs::symlink_metadata(&link2)
+            .expect("meta")
+            .file_type()
+            .is_symlink());
+        assert_eq!(std::fs::read_to_string(&real).expect("read"), "new");
+        let mode = std::fs::metadata(&real).expect("meta").permissions().mode();
+        assert_eq!(mode & 0o777, 0o640);
+        // Several files, one through a dangling link: its target is created.
+        let dangling = dir.path().join("dangling.h");
+        symlink("made.h", &dangling).expect("link");
+        write_files_atomic(&[(&link, b"newer"), (&dangling, b"h")]).expect("both");
+        assert_eq!(std::fs::read_to_string(&real).expect("read"), "newer");
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("made.h")).expect("read"),
+            "h"
+        );
+        // A loop of links is an error and creates nothing.
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        symlink(&b, &a).expect("link");
+        symlink(&a, &b).expect("link");
+        assert!(write_bytes_atomic(&a, b"x").is_err());
+        let left = std::fs::read_dir(dir.path())
+            .expect("ls")
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+            .count();
+        assert_eq!(left, 0);
     }
 }

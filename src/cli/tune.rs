@@ -295,7 +295,7 @@ fn tune_on<B: Backend>(
         for (key, (trials, best)) in tasks.iter().map(|t| &t.0).zip(&earlier) {
             if *trials > 0 {
                 let best = best.map_or("no valid program".to_string(), |b| {
-                    format!("best {}", super::records::format_seconds(b))
+                    format!("best stored {}", super::records::format_seconds(b))
                 });
                 // A progress line: shown unless `-q` (or RUST_LOG) silences progress.
                 log::info!(
