@@ -252,12 +252,35 @@ impl Kernel {
     }
 
     /// Compiles `func` with the default options.
+    ///
+    /// Generated code does not check its indices, so a function that lowering did not make
+    /// in this process (built by hand, deserialized, or changed after lowering) is compiled
+    /// only where every access is shown to stay inside its buffer
+    /// ([`crate::codegen::llvm::check_bounds`]); else this is a
+    /// [`CodegenError::InvalidIr`] naming the access.
     pub fn compile(func: &LoweredFunc) -> Result<Kernel, CodegenError> {
         Kernel::compile_with(func, &CodegenOptions::default())
     }
 
-    /// Compiles `func`.
+    /// Compiles `func` (see [`Kernel::compile`]).
     pub fn compile_with(func: &LoweredFunc, opts: &CodegenOptions) -> Result<Kernel, CodegenError> {
+        crate::codegen::llvm::check_bounds(func)?;
+        // SAFETY: checked just above.
+        unsafe { Kernel::compile_unchecked(func, opts) }
+    }
+
+    /// Compiles `func` without showing that its accesses stay inside its buffers, for a
+    /// function whose indices are in range for reasons the interval proof does not see.
+    ///
+    /// # Safety
+    ///
+    /// Every load and store of `func`, for every iteration of its loops, must address an
+    /// element of its buffer; running the kernel otherwise reads or writes memory it does
+    /// not own.
+    pub unsafe fn compile_unchecked(
+        func: &LoweredFunc,
+        opts: &CodegenOptions,
+    ) -> Result<Kernel, CodegenError> {
         check_no_input_stores(func)?;
         let params = param_specs(func)?;
         let code = crate::codegen::llvm::jit_compile(func, opts, &libsyms::table())?;

@@ -232,6 +232,82 @@ fn run_takes_every_core_with_threads_zero() {
         .output()
         .expect("runs");
     assert_eq!(out.status.code(), Some(2));
+    // And so is one stated in the target's key, by `run` and by `tune`.
+    for cmd in ["run", "tune"] {
+        let out = bin()
+            .args([cmd, "--workload", "matmul:M=16,N=16,K=16"])
+            .args(["--target", "llvm -threads=100000", "--db"])
+            .arg(std::env::temp_dir().join(format!("tt-threads-{}.db", std::process::id())))
+            .output()
+            .expect("runs");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{cmd}: {err}");
+        assert!(
+            err.contains("-threads must be between 1 and"),
+            "{cmd}: {err}"
+        );
+    }
+}
+
+/// A record filed under this CPU's key whose program only a GPU runs (a warp shuffle, from
+/// an imported trace) is skipped for the next one by `run` and `codegen`, as a record that no
+/// longer replays is, not compiled and failed on.
+#[test]
+fn a_record_only_a_gpu_runs_is_skipped_on_the_cpu() {
+    let dir = tempfile::tempdir().expect("dir");
+    let key = tensortune::Target::host(1).key();
+    let record = |trace: &str, median: f64| {
+        format!(
+            r#"{{"format":"tensortune.record/1","workload":"reduce_sum:M=1,N=32","flops":32.0,"target":"{key}","trace":{trace},"result":{{"median_s":{median},"min_s":{median},"max_s":{median},"repeats":3}},"measured_at":"2026-01-02T03:04:05.678Z"}}"#
+        )
+    };
+    let lines = [
+        record(
+            r#"{"steps":[{"op":"annotate","stage":1,"iter":1,"annotation":{"bind":"ThreadX"}}]}"#,
+            1e-6,
+        ),
+        record(r#"{"steps":[]}"#, 2e-6),
+    ];
+    let jsonl = dir.path().join("r.jsonl");
+    std::fs::write(&jsonl, lines.join("\n") + "\n").expect("write");
+    let db = dir.path().join("r.db");
+    let out = bin()
+        .arg("import")
+        .arg("--db")
+        .arg(&db)
+        .arg(&jsonl)
+        .output()
+        .expect("runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = bin()
+        .args([
+            "codegen",
+            "--workload",
+            "reduce_sum:M=1,N=32",
+            "--emit",
+            "obj",
+            "--db",
+        ])
+        .arg(&db)
+        .arg("--out")
+        .arg(dir.path().join("k.o"))
+        .output()
+        .expect("runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("cannot run on the CPU"), "{err}");
+    let out = bin()
+        .args(["run", "--workload", "reduce_sum:M=1,N=32", "--db"])
+        .arg(&db)
+        .args(["--repeat", "1", "--min-repeat-ms", "0", "--json"])
+        .output()
+        .expect("runs");
+    let v = json_of_success(&out);
+    assert_eq!(v["schedule"].as_str(), Some("best record"), "{v}");
 }
 
 #[test]

@@ -9,6 +9,7 @@ use tensortune_schedules::data::{Data, NdData};
 use tensortune_schedules::expr::{self as ex, BinOp, Intrinsic};
 use tensortune_schedules::interp;
 use tensortune_schedules::ir::{BufKind, BufferDecl, ForKind, LoweredFunc, Scope, Stmt};
+use tensortune_schedules::ops::WorkloadSpec;
 use tensortune_schedules::{BufId, DType, Expr, Var};
 
 /// Builds a function from buffer declarations, with vars numbered as the test creates them.
@@ -1658,4 +1659,70 @@ fn bf16_pairs_gathered_as_words() {
     let ir = raw_ir(&f);
     assert!(ir.contains("@llvm.masked.gather.v16i32"), "{ir}");
     assert!(!ir.contains("@llvm.masked.gather.v16i16"), "{ir}");
+}
+
+/// Generated code does not check its indices: a function that lowering did not make is
+/// compiled (or written as an object) only where every access is shown to stay inside its
+/// buffer, and a function that lowering made but that was changed since is proved like any
+/// other.
+#[test]
+fn accesses_outside_a_buffer_are_refused_before_compiling() {
+    // One past the end: `C[i + 1]` for `i` in 0..8 of an 8-element buffer.
+    let mut b = Builder::new();
+    let a = b.input("A", DType::F32, &[8]);
+    let c = b.output("C", DType::F32, &[8]);
+    let i = b.var("i");
+    let next = add(v(&i), int(1));
+    let f = b.finish(
+        "past_the_end",
+        for_(
+            &i,
+            8,
+            ForKind::Serial,
+            st(c, next.clone(), ld(a, DType::F32, v(&i))),
+        ),
+    );
+    let Err(e) = Kernel::compile(&f) else {
+        panic!("refused")
+    };
+    assert!(e.to_string().contains("`C` (of 8 elements)"), "{e}");
+    assert!(e.to_string().contains("1..=8"), "{e}");
+    assert!(tensortune::codegen::llvm::emit_object(&f, &CodegenOptions::default()).is_err());
+    // Guarded, the same store is fine (and so is every hand-built function of this file).
+    let mut b = Builder::new();
+    let a = b.input("A", DType::F32, &[8]);
+    let c = b.output("C", DType::F32, &[8]);
+    let i = b.var("i");
+    let next = add(v(&i), int(1));
+    let guarded = Stmt::If {
+        cond: next.clone().lt(int(8)),
+        then: Box::new(st(c, next, ld(a, DType::F32, v(&i)))),
+        otherwise: Some(Box::new(st(c, int(0), Expr::f32(0.0)))),
+    };
+    let f = b.finish("guarded", for_(&i, 8, ForKind::Serial, guarded));
+    Kernel::compile(&f).expect("in bounds");
+    // A lowered function compiles as it is; shrink its output buffer and it is refused.
+    let dag = WorkloadSpec::parse("matmul:M=4,N=4,K=4")
+        .expect("spec")
+        .build()
+        .expect("dag");
+    let mut f =
+        tensortune_schedules::lower::lower(&tensortune_schedules::schedule::State::new(&dag))
+            .expect("lowers");
+    Kernel::compile(&f).expect("lowered");
+    let out = f.params[2].0 as usize;
+    f.buffers[out].shape = vec![4, 3];
+    let Err(e) = Kernel::compile(&f) else {
+        panic!("changed after lowering")
+    };
+    assert!(e.to_string().contains("of 12 elements"), "{e}");
+    // Changed in a way that keeps every access in range (one more, unused, variable id): not
+    // the function lowering made, so it is proved, and passes.
+    let mut g =
+        tensortune_schedules::lower::lower(&tensortune_schedules::schedule::State::new(&dag))
+            .expect("lowers");
+    g.num_vars += 1;
+    assert!(!tensortune_schedules::bounds::is_lowered(&g));
+    tensortune_schedules::bounds::check_func(&g).expect("in bounds");
+    Kernel::compile(&g).expect("proved");
 }

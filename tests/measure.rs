@@ -129,9 +129,13 @@ fn crash_hang_and_wrong_result_are_errors() {
             Expr::bin(add, Expr::bin(mul, c0, Expr::f32(0.5)), a0),
         )
     });
+    // The crashing function is refused by the checked compile, as it should be.
+    assert!(Kernel::compile(&crash).is_err());
     let kernels: Vec<Kernel> = [wrong, crash, hang]
         .iter()
-        .map(|f| Kernel::compile(f).expect("compiles"))
+        // SAFETY: not met by `crash`, deliberately: what this test checks is that the forked
+        // child running it dies alone and the fault comes back as an error record.
+        .map(|f| unsafe { Kernel::compile_unchecked(f, &Default::default()) }.expect("compiles"))
         .collect();
     let mut m = CpuMeasurer::new(MeasureOptions {
         timeout: Duration::from_millis(1500),

@@ -5,7 +5,11 @@
 //! - every load names an op of the DAG with as many indices as its rank, and the right dtype;
 //! - every variable in a body is one of the op's spatial axes, or a reduction axis used inside
 //!   the reduction over it; a reduction is a body's top level and never nested;
-//! - dtypes agree everywhere (no implicit promotion), and extents are at least 1.
+//! - dtypes agree everywhere (no implicit promotion), and extents are at least 1;
+//! - every tensor has at most [`MAX_ELEMENTS`](crate::ops::MAX_ELEMENTS) elements and every
+//!   op's iteration domain (its axes and reduction axes together) a count that fits an `i64`;
+//! - every load stays inside the tensor it reads, for every value of the axes (see
+//!   [`crate::bounds`]): the code generators rely on it.
 
 use crate::expr::{Combiner, DType, Expr, IterVar, TensorId, TypeError};
 use crate::te::{Graph, OpKind, OpNode, Tensor};
@@ -71,6 +75,23 @@ pub enum DagError {
         op: String,
         /// What is wrong.
         what: String,
+    },
+    /// A tensor or iteration domain too large to address.
+    #[error("`{op}`: {what}")]
+    TooLarge {
+        /// The op.
+        op: String,
+        /// What is too large.
+        what: String,
+    },
+    /// A load that can fall outside the tensor it reads.
+    #[error("`{user}` reads {detail}; clamp or guard the index")]
+    IndexOutOfBounds {
+        /// The reading op.
+        user: String,
+        /// The tensor read, at which index, its range (or why none was found) and the
+        /// dimension's extent.
+        detail: String,
     },
     /// A dtype error in a body.
     #[error("`{op}`: {source}")]
@@ -301,6 +322,22 @@ fn validate_op(op: &OpNode, ops: &[OpNode]) -> Result<(), DagError> {
             });
         }
     }
+    let too_large = |what: String| DagError::TooLarge {
+        op: op.name.clone(),
+        what,
+    };
+    let elements = op
+        .shape
+        .iter()
+        .try_fold(1i64, |acc, &d| acc.checked_mul(d))
+        .filter(|&n| n <= crate::ops::MAX_ELEMENTS);
+    if elements.is_none() {
+        return Err(too_large(format!(
+            "a tensor of shape {:?} has more than {} elements",
+            op.shape,
+            crate::ops::MAX_ELEMENTS
+        )));
+    }
     let OpKind::Compute { axes, body } = &op.kind else {
         return Ok(());
     };
@@ -381,6 +418,37 @@ fn validate_op(op: &OpNode, ops: &[OpNode]) -> Result<(), DagError> {
     if let Some(e) = err {
         return Err(e);
     }
+    let mut extents: rustc_hash::FxHashMap<u32, i64> =
+        axes.iter().map(|a| (a.var.id, a.extent)).collect();
+    if let Expr::Reduce { axes: r, .. } = body {
+        extents.extend(r.iter().map(|a| (a.var.id, a.extent)));
+    }
+    if extents
+        .values()
+        .try_fold(1i64, |acc, &d| acc.checked_mul(d))
+        .is_none()
+    {
+        return Err(too_large(
+            "its iteration domain (axes and reduction axes) has more points than an i64 counts"
+                .to_string(),
+        ));
+    }
+    let shape_of = |id: u32| ops.get(id as usize).map(|o| o.shape.clone());
+    crate::bounds::check_loads(body, &extents, &shape_of).map_err(|b| {
+        let used = ops.get(b.tensor as usize);
+        let extent = used.and_then(|o| o.shape.get(b.dim)).copied().unwrap_or(0);
+        let range = b.range.map_or("values it cannot bound".to_string(), |(lo, hi)| {
+            format!("{lo}..={hi}")
+        });
+        let used = used.map_or_else(|| format!("#{}", b.tensor), |o| o.name.clone());
+        DagError::IndexOutOfBounds {
+            user: op.name.clone(),
+            detail: format!(
+                "`{used}` at index `{}` in dimension {}, which ranges over {range} outside 0..{extent}",
+                b.index, b.dim
+            ),
+        }
+    })?;
     let t = body.check().map_err(|source| DagError::Type {
         op: op.name.clone(),
         source,

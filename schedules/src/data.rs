@@ -119,8 +119,18 @@ pub struct NdData {
 impl NdData {
     /// Wraps data with a shape; `None` if the element count does not match.
     pub fn new(shape: Vec<i64>, data: Data) -> Option<NdData> {
-        let n: i64 = shape.iter().product();
-        (n as usize == data.len()).then_some(NdData { shape, data })
+        let nd = NdData { shape, data };
+        nd.is_consistent().then_some(nd)
+    }
+
+    /// Whether the shape's extents are all non-negative and their product is the number of
+    /// values held. The fields are public, so a value may have been built without
+    /// [`NdData::new`]: whatever indexes the data by the shape checks this first.
+    pub fn is_consistent(&self) -> bool {
+        self.shape
+            .iter()
+            .try_fold(1usize, |n, &d| n.checked_mul(usize::try_from(d).ok()?))
+            == Some(self.data.len())
     }
 
     /// Random values from `seed`: floats uniform in [-1, 1), integers uniform in [-8, 8).
@@ -147,9 +157,13 @@ impl NdData {
     }
 
     /// Largest difference to `other`, relative to `1 + |other|` elementwise; `None` if the
-    /// shapes or dtypes differ. NaN in either side counts as infinitely far unless both are NaN.
+    /// shapes or dtypes differ (or either holds a count of values its shape does not). NaN in either side counts as infinitely far unless both are NaN.
     pub fn max_rel_diff(&self, other: &NdData) -> Option<f64> {
-        if self.shape != other.shape || self.data.dtype() != other.data.dtype() {
+        if self.shape != other.shape
+            || self.data.dtype() != other.data.dtype()
+            || !self.is_consistent()
+            || !other.is_consistent()
+        {
             return None;
         }
         let mut worst = 0.0f64;

@@ -69,6 +69,14 @@ pub fn check_inputs(dag: &ComputeDag, inputs: &[NdData]) -> Result<(), EvalError
                 x.shape
             )));
         }
+        if !x.is_consistent() {
+            return Err(EvalError::BadInput(format!(
+                "`{}`: {} values for the shape {:?}",
+                op.name,
+                x.data.len(),
+                x.shape
+            )));
+        }
     }
     Ok(())
 }

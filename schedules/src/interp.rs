@@ -114,12 +114,13 @@ pub(crate) fn bind_params(f: &LoweredFunc, inputs: &[NdData]) -> Result<Params, 
     let mut bound = Vec::with_capacity(f.params.len());
     for (id, x) in ins.iter().zip(inputs) {
         let d = f.buffer(*id);
-        if d.shape != x.shape || d.dtype != x.data.dtype() {
+        if d.shape != x.shape || d.dtype != x.data.dtype() || !x.is_consistent() {
             return Err(EvalError::BadInput(format!(
-                "`{}` wants {}{:?}, got {}{:?}",
+                "`{}` wants {}{:?}, got {} values of {}{:?}",
                 d.name,
                 d.dtype,
                 d.shape,
+                x.data.len(),
                 x.data.dtype(),
                 x.shape
             )));

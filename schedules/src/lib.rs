@@ -36,6 +36,7 @@
 //! assert!(got[0].max_rel_diff(&want[0]).is_some_and(|d| d < 1e-5));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+pub mod bounds;
 pub mod dag;
 pub mod data;
 pub mod expr;

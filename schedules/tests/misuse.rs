@@ -3,7 +3,7 @@
 
 mod common;
 use common::dag;
-use tensortune_schedules::expr::{sum, Expr};
+use tensortune_schedules::expr::{max, min, select, sum, Expr};
 use tensortune_schedules::ir::PrefetchLevel;
 use tensortune_schedules::ops::{SpecError, WorkloadSpec};
 use tensortune_schedules::random::Rng;
@@ -330,6 +330,78 @@ fn dag_validation() {
         ComputeDag::new(&g3, &[q]),
         Err(DagError::BadExtent { .. })
     ));
+    // Loads that can leave their tensor: refused, so that no compiled program reads or
+    // writes memory it does not own.
+    let mut g4 = Graph::new();
+    let a4 = g4.placeholder("A", &[8], DType::F32);
+    let idx = g4.placeholder("I", &[8], DType::I32);
+    let far = g4.compute("far", &[4], &["i"], |ax| {
+        a4.at([ax[0].clone() + 1_000_000i64])
+    });
+    let e = ComputeDag::new(&g4, &[far]).unwrap_err();
+    assert!(matches!(e, DagError::IndexOutOfBounds { .. }), "{e}");
+    assert!(e.to_string().contains("1000000..=1000003"), "{e}");
+    let off_by_one = g4.compute("next", &[8], &["i"], |ax| a4.at([ax[0].clone() + 1i64]));
+    assert!(matches!(
+        ComputeDag::new(&g4, &[off_by_one]),
+        Err(DagError::IndexOutOfBounds { .. })
+    ));
+    // The same read guarded by a select is fine: only the chosen branch is evaluated.
+    let guarded = g4.compute("next_or_zero", &[8], &["i"], |ax| {
+        select(
+            ax[0].clone().lt(7i64),
+            a4.at([ax[0].clone() + 1i64]),
+            0.0f32,
+        )
+    });
+    ComputeDag::new(&g4, &[guarded]).unwrap();
+    // ... and so is a strided window guarded on its compound index (a padded convolution's).
+    let r = g4.reduce_axis(3, "r");
+    let window = g4.compute("window", &[4], &["i"], |ax| {
+        let at = ax[0].clone() * 2i64 + r.expr();
+        sum(
+            select(
+                at.clone().ge(1i64).and(at.clone().lt(9i64)),
+                a4.at([at - 1i64]),
+                0.0f32,
+            ),
+            [&r],
+        )
+    });
+    ComputeDag::new(&g4, &[window]).unwrap();
+    // An index read from a tensor cannot be bounded unless it is clamped.
+    let gathered = g4.compute("gather", &[8], &["i"], |ax| {
+        a4.at([idx.at([ax[0].clone()]).cast(DType::I64)])
+    });
+    let e = ComputeDag::new(&g4, &[gathered]).unwrap_err();
+    assert!(matches!(e, DagError::IndexOutOfBounds { .. }), "{e}");
+    let clamped = g4.compute("clamped", &[8], &["i"], |ax| {
+        a4.at([max(
+            0i64,
+            min(7i64, idx.at([ax[0].clone()]).cast(DType::I64)),
+        )])
+    });
+    ComputeDag::new(&g4, &[clamped]).unwrap();
+    // A tensor too large to address, even where its products wrap an i64.
+    let mut g5 = Graph::new();
+    let huge = g5.placeholder("H", &[1 << 62, 4], DType::F32);
+    let one = g5.compute("one", &[1], &["i"], |ax| {
+        huge.at([ax[0].clone(), ax[0].clone()])
+    });
+    let e = ComputeDag::new(&g5, &[one]).unwrap_err();
+    assert!(matches!(e, DagError::TooLarge { .. }), "{e}");
+    let wide = g5.placeholder("W", &[1 << 20, 1 << 20], DType::F32);
+    let k1 = g5.reduce_axis(1 << 40, "k1");
+    let k2 = g5.reduce_axis(1 << 40, "k2");
+    let deep = g5.compute("deep", &[1], &["i"], |ax| {
+        sum(
+            wide.at([ax[0].clone(), ax[0].clone()]) * k1.expr().cast(DType::F32)
+                + k2.expr().cast(DType::F32),
+            [&k1, &k2],
+        )
+    });
+    let e = ComputeDag::new(&g5, &[deep]).unwrap_err();
+    assert!(matches!(e, DagError::TooLarge { .. }), "{e}");
     // Softmax is four computed stages.
     let d = dag("softmax:M=2,N=3");
     assert_eq!(d.num_ops(), 5);
@@ -535,4 +607,27 @@ fn malformed_traces_never_panic() {
         replayed > 10 && failed_with_error > 100,
         "{replayed} {failed_with_error}"
     );
+}
+
+/// `NdData`'s fields are public: a value whose data is not as long as its shape says is an
+/// error wherever it is read by the shape, and `NdData::new` refuses shapes whose element
+/// count overflows or is negative.
+#[test]
+fn host_arrays_that_do_not_hold_their_shape_are_errors() {
+    use tensortune_schedules::data::{Data, NdData};
+    assert!(NdData::new(vec![1 << 62, 4], Data::F32(vec![])).is_none());
+    assert!(NdData::new(vec![-1, -1], Data::F32(vec![0.0])).is_none());
+    assert!(NdData::new(vec![2, 3], Data::F32(vec![0.0; 6])).is_some());
+    let short = NdData {
+        shape: vec![4, 4],
+        data: Data::F32(vec![0.0; 3]),
+    };
+    assert!(!short.is_consistent());
+    assert_eq!(short.max_rel_diff(&short.clone()), None);
+    let d = dag("matmul:M=4,N=4,K=4");
+    let b = NdData::random(&[4, 4], DType::F32, 1).expect("random");
+    let e = tensortune_schedules::eval::evaluate(&d, &[short.clone(), b.clone()]).unwrap_err();
+    assert!(e.to_string().contains("3 values"), "{e}");
+    let f = tensortune_schedules::lower::lower(&State::new(&d)).expect("lowers");
+    assert!(tensortune_schedules::interp::run(&f, &[short, b]).is_err());
 }

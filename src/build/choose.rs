@@ -200,6 +200,9 @@ pub fn choose_dag(
         ..LowerOptions::default()
     };
     let mut warnings: Vec<ReuseWarning> = Vec::new();
+    let on_cpu = target_key
+        .parse::<tensortune_schedules::target::TargetKey>()
+        .is_ok_and(|k| k.kind() == tensortune_schedules::target::TargetKind::Cpu);
     // Every successful record, fastest first: a database holds at most a few thousand per
     // workload and target, and usually the first replays.
     let records = db.best_k(key, target_key, usize::MAX)?;
@@ -211,6 +214,15 @@ pub fn choose_dag(
                 lower_with(&state, &lopts)
                     .map(|func| (state, func))
                     .map_err(|e| format!("lowering: {e}"))
+            })
+            .and_then(|(state, func)| {
+                // A record filed under a CPU key whose program holds what only a GPU runs (a
+                // warp shuffle, from an imported or hand-made trace) would fail to compile
+                // after being chosen: skip it here like any other stale record.
+                match gpu_only(&func.body) {
+                    Some(what) if on_cpu => Err(format!("{what} cannot run on the CPU")),
+                    _ => Ok((state, func)),
+                }
             });
         match usable {
             Ok((state, func)) => {
@@ -316,4 +328,18 @@ pub fn default_choice_threads(
         source: Source::Default,
         warnings: Vec::new(),
     })
+}
+
+/// What in `s` only a GPU runs: a warp shuffle (the CPU code generator refuses it).
+pub(crate) fn gpu_only(s: &tensortune_schedules::ir::Stmt) -> Option<&'static str> {
+    use tensortune_schedules::ir::Stmt;
+    match s {
+        Stmt::Shuffle { .. } => Some("a warp shuffle"),
+        Stmt::For { body, .. } | Stmt::Allocate { body, .. } => gpu_only(body),
+        Stmt::If {
+            then, otherwise, ..
+        } => gpu_only(then).or_else(|| otherwise.as_deref().and_then(gpu_only)),
+        Stmt::Seq(items) => items.iter().find_map(gpu_only),
+        Stmt::Store { .. } | Stmt::Sync | Stmt::Prefetch { .. } => None,
+    }
 }

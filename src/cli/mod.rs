@@ -74,6 +74,14 @@ pub fn resolve_threads(flag: &str, value: usize) -> Result<usize, CliError> {
     check_count(flag, value, 0, max_threads())
 }
 
+/// `--target` for the host CPU: [`crate::Target::parse`], with the threads a key states
+/// (`llvm -threads=N`) held to the same bound as `--threads`.
+pub fn parse_cpu_target(target: &str, threads: usize) -> Result<crate::Target, CliError> {
+    let t = crate::Target::parse(target, threads).map_err(|e| CliError::Usage(e.to_string()))?;
+    check_count("the target's -threads", t.threads(), 1, max_threads())?;
+    Ok(t)
+}
+
 /// A usage error naming `flag` and the allowed range unless `lo <= value <= hi`.
 pub fn check_count(flag: &str, value: usize, lo: usize, hi: usize) -> Result<usize, CliError> {
     if (lo..=hi).contains(&value) {

@@ -87,11 +87,26 @@ fn schedule_from(
 ) -> Result<(State, &'static str), CliError> {
     if let Some(path) = db {
         let db = tensortune_records::Database::open_read_only(path)?;
-        for r in db.best_k(&spec.canonical(), target, 8)? {
+        let on_cpu = target
+            .parse::<tensortune_schedules::target::TargetKey>()
+            .is_ok_and(|k| k.kind() == tensortune_schedules::target::TargetKind::Cpu);
+        // Every record, fastest first, as `codegen` and `Kernel::from_records` choose.
+        for r in db.best_k(&spec.canonical(), target, usize::MAX)? {
             match tensortune_schedules::trace::Trace::from_json(&r.trace_json)
                 .and_then(|t| t.replay(dag))
             {
-                Ok(s) => return Ok((s, "best record")),
+                Ok(s) => {
+                    let gpu_only = on_cpu
+                        .then(|| tensortune_schedules::lower::lower(&s).ok())
+                        .flatten()
+                        .and_then(|f| crate::build::gpu_only(&f.body));
+                    match gpu_only {
+                        Some(what) => log::warn!(
+                            "skipping a record whose program holds {what}, which cannot run on the CPU"
+                        ),
+                        None => return Ok((s, "best record")),
+                    }
+                }
                 Err(e) => log::warn!("skipping a record that does not replay: {e}"),
             }
         }
@@ -138,9 +153,7 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<(), CliError> {
     // A CPU key may state its threads (`llvm -threads=4`); else `--threads` counts.
     let threads = match &cuda {
         Some(_) => threads,
-        None => crate::Target::parse(&args.target, threads)
-            .map_err(|e| CliError::Usage(e.to_string()))?
-            .threads(),
+        None => super::parse_cpu_target(&args.target, threads)?.threads(),
     };
     let (tx, rx) = std::sync::mpsc::channel();
     let job = args.clone();

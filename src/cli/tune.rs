@@ -5,7 +5,7 @@ use super::run::parse_workload;
 use super::{check_count, check_real, resolve_threads, CliError, MAX_SECONDS};
 use crate::backend::cuda::{CudaBackend, GpuDevice, WorkerDevice};
 use crate::backend::Backend;
-use crate::tune::{tune_dags, Target, TuneError};
+use crate::tune::{tune_dags, TuneError};
 use std::io::Write;
 use std::path::PathBuf;
 use tensortune_schedules::target::{CudaKey, TargetKey};
@@ -252,8 +252,7 @@ pub(super) fn tune_tasks(
             tune_on(args, tasks, &opts, &backend, out)
         }
         None => {
-            let target =
-                Target::parse(&args.target, threads).map_err(|e| CliError::Usage(e.to_string()))?;
+            let target = super::parse_cpu_target(&args.target, threads)?;
             tune_on(args, tasks, &opts, &target, out)
         }
     }

@@ -481,8 +481,11 @@ pub fn time_kernel(
         let need = (min_s / per_run * 1.05).ceil() as u64;
         number = need.max(number + number * 3 / 5 + 1).min(1 << 30);
     }
-    let mut repeats = Vec::with_capacity(opts.repeat.max(1));
-    for _ in 0..opts.repeat.max(1) {
+    // At most 10^6 timings: a `repeat` near `usize::MAX` would not fit in memory (and would
+    // not finish); the CLI allows far fewer.
+    let repeat = opts.repeat.clamp(1, 1_000_000);
+    let mut repeats = Vec::with_capacity(repeat);
+    for _ in 0..repeat {
         repeats.push(run(number)?.0 / number as f64);
     }
     Timing::from_repeats(repeats, number).ok_or_else(|| internal("no timings".into()))

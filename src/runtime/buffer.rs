@@ -171,6 +171,13 @@ impl AlignedBuffer {
     }
 
     fn copy_from_nd(&mut self, nd: &NdData) -> Result<(), BufferError> {
+        // `NdData`'s fields are public: its values may not be as many as its shape says.
+        if !nd.is_consistent() {
+            return Err(BufferError::BadShape {
+                shape: nd.shape.clone(),
+                dtype: nd.data.dtype(),
+            });
+        }
         match &nd.data {
             Data::F32(v) => self.as_mut_slice::<f32>()?.copy_from_slice(v),
             Data::F64(v) => self.as_mut_slice::<f64>()?.copy_from_slice(v),

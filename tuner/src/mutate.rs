@@ -150,6 +150,9 @@ pub fn mutate(
                 .copied()
                 .filter(|&c| Some(&c) != decisions[h].first())
                 .collect();
+            if others.is_empty() {
+                return None;
+            }
             out[h] = vec![others[rng.random_range(0..others.len())]];
         }
     }

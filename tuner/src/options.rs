@@ -126,3 +126,180 @@ impl Default for TuneOptions {
         }
     }
 }
+
+impl TuneOptions {
+    /// Checks every knob against the range it works in: probabilities in `[0, 1]`, sizes that
+    /// neither overflow the search's arithmetic (it multiplies the population and the batch by
+    /// small factors) nor ask for more than a machine holds, an unroll list with at least one
+    /// value and no repeats. [`crate::tuning::Tuner::run`] refuses options that fail, with
+    /// this message, before anything is measured or stored.
+    pub fn validate(&self) -> Result<(), String> {
+        // Far above any useful value and far below where `4 * n` or `n * n` wraps.
+        const MAX_COUNT: usize = 1 << 30;
+        let count = |name: &str, v: usize, lo: usize, hi: usize| {
+            if (lo..=hi).contains(&v) {
+                Ok(())
+            } else {
+                Err(format!("{name} must be between {lo} and {hi}, not {v}"))
+            }
+        };
+        let prob = |name: &str, p: f64| {
+            if (0.0..=1.0).contains(&p) {
+                Ok(())
+            } else {
+                Err(format!("{name} must be a probability in [0, 1], not {p}"))
+            }
+        };
+        count("trials", self.trials, 0, MAX_COUNT)?;
+        count("batch_size", self.batch_size, 1, 1 << 16)?;
+        count("population", self.population, 1, 1 << 20)?;
+        count("generations", self.generations, 0, 1 << 16)?;
+        count("threads", self.threads, 0, 1 << 16)?;
+        count("model_warmup", self.model_warmup, 0, MAX_COUNT)?;
+        count("remeasure_top", self.remeasure_top, 0, 1 << 16)?;
+        if let Some(n) = self.early_stop {
+            count("early_stop", n, 0, MAX_COUNT)?;
+        }
+        prob("mutation_prob", self.mutation_prob)?;
+        prob("init_from_records", self.init_from_records)?;
+        prob("eps_greedy", self.eps_greedy)?;
+        prob("imperfect_tile_prob", self.imperfect_tile_prob)?;
+        let w = &self.mutation_weights;
+        let weights = [w.tile_size, w.compute_location, w.unroll, w.parallel];
+        if weights.iter().any(|x| !x.is_finite() || *x < 0.0) || weights.iter().sum::<f64>() <= 0.0
+        {
+            return Err(format!(
+                "mutation_weights must be finite, non-negative and not all zero, not {weights:?}"
+            ));
+        }
+        if let Some(t) = self.time_budget_s {
+            if !(t.is_finite() && t >= 0.0) {
+                return Err(format!(
+                    "time_budget_s must be a finite number of seconds, not {t}"
+                ));
+            }
+        }
+        if !(self.hopeless_factor.is_finite() && self.hopeless_factor > 0.0) {
+            return Err(format!(
+                "hopeless_factor must be finite and positive, not {}",
+                self.hopeless_factor
+            ));
+        }
+        if let Some(m) = self.max_unrolled_statements {
+            if m < 0 {
+                return Err(format!(
+                    "max_unrolled_statements must be at least 0, not {m}"
+                ));
+            }
+        }
+        let steps = &self.unroll_steps;
+        if steps.is_empty() {
+            return Err("unroll_steps needs at least one value (0: no unrolling)".to_string());
+        }
+        if steps
+            .iter()
+            .enumerate()
+            .any(|(i, s)| steps[..i].contains(s))
+        {
+            return Err(format!("unroll_steps repeats a value: {steps:?}"));
+        }
+        if let Some(&s) = steps.iter().find(|&&s| s > 1 << 16) {
+            return Err(format!(
+                "unroll_steps: {s} is past the largest unroll step, {}",
+                1 << 16
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_defaults_pass_and_knobs_out_of_range_do_not() {
+        TuneOptions::default().validate().expect("defaults");
+        let bad: Vec<(&str, TuneOptions)> = vec![
+            (
+                "mutation_prob",
+                TuneOptions {
+                    mutation_prob: f64::NAN,
+                    ..Default::default()
+                },
+            ),
+            (
+                "imperfect_tile_prob",
+                TuneOptions {
+                    imperfect_tile_prob: 1.5,
+                    ..Default::default()
+                },
+            ),
+            (
+                "unroll_steps",
+                TuneOptions {
+                    unroll_steps: vec![],
+                    ..Default::default()
+                },
+            ),
+            (
+                "unroll_steps",
+                TuneOptions {
+                    unroll_steps: vec![16, 16],
+                    ..Default::default()
+                },
+            ),
+            (
+                "population",
+                TuneOptions {
+                    population: usize::MAX,
+                    ..Default::default()
+                },
+            ),
+            (
+                "batch_size",
+                TuneOptions {
+                    batch_size: 0,
+                    ..Default::default()
+                },
+            ),
+            (
+                "trials",
+                TuneOptions {
+                    trials: usize::MAX,
+                    ..Default::default()
+                },
+            ),
+            (
+                "time_budget_s",
+                TuneOptions {
+                    time_budget_s: Some(f64::INFINITY),
+                    ..Default::default()
+                },
+            ),
+            (
+                "hopeless_factor",
+                TuneOptions {
+                    hopeless_factor: -1.0,
+                    ..Default::default()
+                },
+            ),
+            (
+                "mutation_weights",
+                TuneOptions {
+                    mutation_weights: MutationWeights {
+                        tile_size: 0.0,
+                        compute_location: 0.0,
+                        unroll: 0.0,
+                        parallel: 0.0,
+                    },
+                    ..Default::default()
+                },
+            ),
+        ];
+        for (name, o) in bad {
+            let e = o.validate().expect_err(name);
+            assert!(e.starts_with(name), "{name}: {e}");
+        }
+    }
+}

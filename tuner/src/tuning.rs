@@ -229,6 +229,9 @@ pub enum TuneError {
     /// Nothing to tune.
     #[error("no workload given")]
     NoTasks,
+    /// A [`TuneOptions`] knob out of its range ([`TuneOptions::validate`]).
+    #[error("tuning options: {0}")]
+    Options(String),
     /// A workload has no sketch (should not happen: every DAG has a plain one).
     #[error("workload `{0}` has no search space")]
     NoSketch(String),
@@ -500,6 +503,7 @@ impl<'a> Tuner<'a> {
         if inputs.is_empty() {
             return Err(TuneError::NoTasks);
         }
+        self.opts.validate().map_err(TuneError::Options)?;
         let stats0 = self.measurer.stats();
         let mut rs = self.begin();
         let mut tasks = Vec::new();

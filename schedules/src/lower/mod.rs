@@ -131,6 +131,7 @@ pub fn lower_with(state: &State, opts: &LowerOptions) -> Result<LoweredFunc, Low
         }
     }
     crate::verify::verify(&func).map_err(LowerError::Verify)?;
+    crate::bounds::mark_lowered(&func);
     Ok(func)
 }
 

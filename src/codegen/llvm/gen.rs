@@ -570,7 +570,9 @@ impl<'ctx> Gen<'ctx, '_> {
                 self.parallel_loop(var, extent, body)
             }
             ForKind::Vectorized
-                if extent <= self.opts.max_vector_lanes
+                // 1024 lanes at most whatever the options say: a vector's lane count is a u32
+                // rounded up to a power of two below.
+                if extent <= self.opts.max_vector_lanes.min(1024)
                     && super::vector::can_vectorize(body, var.id) =>
             {
                 self.vector_loop(var, extent as u32, body)
@@ -952,8 +954,12 @@ impl<'ctx> Gen<'ctx, '_> {
             )));
         }
         let bytes = self.buffer_bytes(buf)?;
-        let on_stack = bytes <= self.opts.max_stack_alloc_bytes
-            && self.cur.stack_bytes + bytes <= self.opts.max_stack_bytes;
+        // A stack array's length is a u32 and the stack is megabytes: 1 GiB is past any
+        // option that makes sense, and keeps the sums and the casts below exact.
+        const STACK_CAP: u64 = 1 << 30;
+        let on_stack = bytes <= self.opts.max_stack_alloc_bytes.min(STACK_CAP)
+            && self.cur.stack_bytes.saturating_add(bytes)
+                <= self.opts.max_stack_bytes.min(STACK_CAP);
         let i = buf.0 as usize;
         if self.bufs[i].is_some() {
             return Err(CodegenError::InvalidIr(format!(

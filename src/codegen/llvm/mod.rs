@@ -383,8 +383,20 @@ pub fn emit_asm(func: &LoweredFunc, opts: &CodegenOptions) -> Result<String, Cod
 }
 
 /// An ELF object file defining `NAME` and `NAME_packed` (see [`crate::runtime::abi`]).
+/// Refused, as [`crate::Kernel::compile`] refuses it, unless every access of `func` is
+/// shown to stay inside its buffer ([`check_bounds`]): the object runs in the user's program.
 pub fn emit_object(func: &LoweredFunc, opts: &CodegenOptions) -> Result<Vec<u8>, CodegenError> {
+    check_bounds(func)?;
     emit_file(func, opts, FileType::Object)
+}
+
+/// `Ok` where every load and store of `func` stays inside its buffer: it is a function that
+/// lowering made in this process, or one that the interval proof of
+/// [`tensortune_schedules::bounds::check_func`] accepts. Compiled code does not check its
+/// indices, so what runs (a JIT kernel, an object file) passes this first; printing the IR or
+/// the assembly does not need it.
+pub fn check_bounds(func: &LoweredFunc) -> Result<(), CodegenError> {
+    tensortune_schedules::bounds::check_func(func).map_err(CodegenError::InvalidIr)
 }
 
 fn emit_file(

@@ -89,6 +89,9 @@ pub fn sample(sketch: &Sketch, rng: &mut impl Rng, opts: &TuneOptions) -> Vec<Ve
                 (*max_inner, *max_first),
                 opts.imperfect_tile_prob,
             ),
+            // An empty list (options that skipped `TuneOptions::validate`) chooses 0: no
+            // unrolling, the one value every list may hold.
+            Hole::Choice { choices, .. } if choices.is_empty() => vec![0],
             Hole::Choice { choices, .. } => vec![choices[rng.random_range(0..choices.len())]],
         })
         .collect();
