@@ -143,6 +143,7 @@ fn create_temp(path: &Path) -> io::Result<(PathBuf, File)> {
     let name = path.file_name().ok_or_else(|| {
         io::Error::new(io::ErrorKind::InvalidInput, "the output path names no file")
     })?;
+    sweep_stale(path, name);
     loop {
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
         let mut tmp_name = std::ffi::OsString::from(".");
@@ -160,6 +161,56 @@ fn create_temp(path: &Path) -> io::Result<(PathBuf, File)> {
             }
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
             Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Removes the temporaries of `path` that a process which no longer runs left behind (killed
+/// mid-write: a signal gives it no chance to clean up). Only names of exactly this module's
+/// pattern, `.NAME.PID-N.tmp`, with a PID that is not running here and unchanged for an hour
+/// are touched: a temporary of a process still writing the same output is left to it, and so
+/// is one that another machine sharing the folder is writing (its PID means nothing here).
+/// Linux only (it asks `/proc`); best effort: whatever fails is left as it was.
+fn sweep_stale(path: &Path, name: &std::ffi::OsStr) {
+    const STALE_AFTER: std::time::Duration = std::time::Duration::from_secs(3600);
+    if !cfg!(target_os = "linux") {
+        return;
+    }
+    let Some(name) = name.to_str() else {
+        return;
+    };
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let prefix = format!(".{name}.");
+    for entry in entries.flatten() {
+        let file = entry.file_name();
+        let Some(tail) = file
+            .to_str()
+            .and_then(|f| f.strip_prefix(&prefix))
+            .and_then(|t| t.strip_suffix(".tmp"))
+        else {
+            continue;
+        };
+        let Some((pid, n)) = tail.split_once('-') else {
+            continue;
+        };
+        let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+        if !digits(pid) || !digits(n) || pid == std::process::id().to_string() {
+            continue;
+        }
+        let idle = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age >= STALE_AFTER);
+        if idle && !Path::new("/proc").join(pid).exists() && Path::new("/proc/self").exists() {
+            let _ = std::fs::remove_file(entry.path());
         }
     }
 }
@@ -275,5 +326,37 @@ mod tests {
             .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
             .count();
         assert_eq!(left, 0);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn temporaries_of_dead_processes_are_swept() {
+        let dir = tempfile::tempdir().expect("dir");
+        let out = dir.path().join("e.jsonl");
+        // A PID above the kernel's largest (2^22) never runs; our own PID's is ours to keep.
+        let dead = dir.path().join(".e.jsonl.99999999-0.tmp");
+        let ours = dir
+            .path()
+            .join(format!(".e.jsonl.{}-77.tmp", std::process::id()));
+        let alive = dir.path().join(".e.jsonl.1-0.tmp");
+        let other = dir.path().join(".f.jsonl.99999999-0.tmp");
+        let recent = dir.path().join(".e.jsonl.99999998-0.tmp");
+        let two_hours_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(7200);
+        for p in [&dead, &ours, &alive, &other, &recent] {
+            std::fs::write(p, "x").expect("write");
+            if p != &recent {
+                File::options()
+                    .write(true)
+                    .open(p)
+                    .and_then(|f| f.set_modified(two_hours_ago))
+                    .expect("age");
+            }
+        }
+        write_bytes_atomic(&out, b"new").expect("write");
+        assert!(!dead.exists(), "a dead process's old temporary is swept");
+        // Our own, a running process's, another output's and a recent one are kept.
+        for p in [&ours, &alive, &other, &recent] {
+            assert!(p.exists(), "{} is kept", p.display());
+        }
     }
 }

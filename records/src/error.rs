@@ -38,6 +38,17 @@ pub enum RecordsError {
         /// SQLite's description of the damage.
         message: String,
     },
+    /// An SQLite file with no tables at all: a database another process has just created
+    /// and not yet set up, or one whose creation failed before its tables were written.
+    /// Opening it for writing sets it up; reading it finds no records.
+    #[error(
+        "{}: an empty SQLite file, not yet a tensortune records database (no records)",
+        path.display()
+    )]
+    Empty {
+        /// The file.
+        path: PathBuf,
+    },
     /// The file is a SQLite database that some other program owns.
     #[error(
         "{}: a SQLite database, but not a tensortune records database ({reason})",
@@ -206,6 +217,7 @@ impl RecordsError {
             | RecordsError::NotADatabase { .. }
             | RecordsError::Corrupt { .. }
             | RecordsError::Foreign { .. }
+            | RecordsError::Empty { .. }
             | RecordsError::NewerSchema { .. }
             | RecordsError::ImportRejected { .. }
             | RecordsError::MergeIntoSelf { .. }
@@ -226,6 +238,8 @@ impl RecordsError {
                     | std::io::ErrorKind::ReadOnlyFilesystem
                     | std::io::ErrorKind::IsADirectory
                     | std::io::ErrorKind::NotADirectory
+                    // A device, FIFO or socket where a database file was named.
+                    | std::io::ErrorKind::InvalidInput
                     | std::io::ErrorKind::InvalidFilename
                     | std::io::ErrorKind::FileTooLarge
             ),

@@ -148,7 +148,49 @@ fn run(command: Command) -> Result<(), CliError> {
     tensortune::measure::check_fault_plan().map_err(CliError::Usage)?;
     tensortune_records::check_busy_timeout_env().map_err(CliError::Usage)?;
     let stdout = io::stdout();
-    let mut out = stdout.lock();
+    let mut out = Tracked {
+        inner: stdout.lock(),
+        failed: None,
+    };
+    let result = run_on(command, &mut out);
+    // A write to stdout that failed (`> /dev/full`, a full disk) is the environment's
+    // failure, whichever command met it: say so, with exit status 2, not as an internal error.
+    let flushed = out.flush();
+    match (out.failed.take(), result) {
+        (Some(e), Err(CliError::Internal(_)) | Ok(())) => {
+            Err(CliError::Usage(format!("<stdout>: {e}")))
+        }
+        (None, Ok(())) => flushed.map_err(|e| CliError::Usage(format!("<stdout>: {e}"))),
+        (_, r) => r,
+    }
+}
+
+/// Standard output that remembers its first write error.
+struct Tracked<W: Write> {
+    inner: W,
+    failed: Option<io::Error>,
+}
+
+impl<W: Write> Write for Tracked<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.inner.write(buf).inspect_err(|e| self.note(e))
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush().inspect_err(|e| self.note(e))
+    }
+}
+
+impl<W: Write> Tracked<W> {
+    fn note(&mut self, e: &io::Error) {
+        if self.failed.is_none() {
+            self.failed = Some(io::Error::new(e.kind(), e.to_string()));
+        }
+    }
+}
+
+fn run_on(command: Command, out: &mut Tracked<io::StdoutLock<'_>>) -> Result<(), CliError> {
+    let mut out = out;
     match command {
         Command::Records(args) => cli::records::records(&args, &mut out),
         Command::Best(args) => cli::records::best(&args, &mut out),
@@ -187,6 +229,15 @@ fn run(command: Command) -> Result<(), CliError> {
     }
 }
 
+/// `eprintln!` that cannot panic: where stderr cannot be written (a full disk under
+/// `2>>log`, a closed descriptor) the message is lost but the exit status still says what
+/// happened; `eprintln!` would panic, and the panic's own message would fail the same way.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        let _ = writeln!(io::stderr(), $($arg)*);
+    }};
+}
+
 fn main() -> ExitCode {
     // Like other Unix tools, end quietly when the reader of stdout goes away (`| head`).
     // SAFETY: setting a signal disposition to the default before any thread starts.
@@ -197,7 +248,7 @@ fn main() -> ExitCode {
     // A bug must still end as one line and an internal-error status, not a backtrace.
     std::panic::set_hook(Box::new(|info| {
         let text = info.to_string();
-        eprintln!(
+        say!(
             "tensortune: internal error: {}",
             tensortune::schedules::text::single_line(&text)
         );
@@ -229,8 +280,8 @@ fn main() -> ExitCode {
                 }
                 _ => String::new(),
             };
-            eprintln!("tensortune: {}{valid}", first.trim_start_matches("error: "));
-            eprintln!("For more information, try '--help'.");
+            say!("tensortune: {}{valid}", first.trim_start_matches("error: "));
+            say!("For more information, try '--help'.");
             return ExitCode::from(2);
         }
     };
@@ -240,13 +291,19 @@ fn main() -> ExitCode {
     if let Command::CudaWorker { simulate, device } = cli.command {
         return tensortune::gpu::worker_main(simulate, device);
     }
+    // Rayon starts its pool on first use and panics if it cannot (a small `ulimit -v` or
+    // `-u`): start it here, and say so if it cannot start (it is started once or never).
+    if let Err(e) = rayon::ThreadPoolBuilder::new().build_global() {
+        say!("tensortune: cannot start the worker threads ({e}): raise the process's memory or thread limit");
+        return ExitCode::from(2);
+    }
     match std::panic::catch_unwind(|| run(cli.command)) {
         Ok(Ok(())) => ExitCode::SUCCESS,
         Ok(Err(e)) => {
             let _ = io::stdout().flush();
             // One line whatever the message quotes (a key or spec with a line break in it).
             let text = e.to_string();
-            eprintln!(
+            say!(
                 "tensortune: {}",
                 tensortune::schedules::text::single_line(&text)
             );

@@ -187,6 +187,9 @@ pub fn tune_model(args: &TuneModelArgs, out: &mut dyn Write) -> Result<(), CliEr
         {
             CliError::Usage(r.to_string())
         }
+        crate::tune::TuneError::Tuner(e @ tensortune_tuner::tuning::TuneError::Measurer(_)) => {
+            CliError::Usage(e.to_string())
+        }
         e => CliError::Internal(e.to_string()),
     })?;
     let mut total = 0.0;

@@ -126,7 +126,12 @@ fn resume_points(
         return fresh;
     }
     let db = match tensortune_records::Database::open_read_only(db) {
-        Err(tensortune_records::RecordsError::Missing { .. }) => return fresh,
+        // An empty file is one another worker has just created (it sets the tables up a
+        // moment later) or one a failed creation left: tuning sets it up as a new database.
+        Err(
+            tensortune_records::RecordsError::Missing { .. }
+            | tensortune_records::RecordsError::Empty { .. },
+        ) => return fresh,
         r => r?,
     };
     tasks
@@ -311,6 +316,11 @@ fn tune_on<B: Backend>(
         // same user's error as at the start.
         TuneError::Tuner(tensortune_tuner::tuning::TuneError::Records(r)) if r.is_user_error() => {
             CliError::Usage(r.to_string())
+        }
+        // The host could not measure at all (no process or descriptor to be had): the
+        // environment's failure, said as it is.
+        TuneError::Tuner(e @ tensortune_tuner::tuning::TuneError::Measurer(_)) => {
+            CliError::Usage(e.to_string())
         }
         TuneError::Spec(s) => CliError::Usage(s.to_string()),
         TuneError::ModelFile(m) => CliError::Usage(format!("--model: {m}")),

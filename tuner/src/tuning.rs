@@ -229,6 +229,9 @@ pub enum TuneError {
     /// Nothing to tune.
     #[error("no workload given")]
     NoTasks,
+    /// The measurer failed for every candidate of a batch (see `Tuner::run`): what it said.
+    #[error("measurement failed for a whole batch, so the host cannot measure: {0}")]
+    Measurer(String),
     /// A [`TuneOptions`] knob out of its range ([`TuneOptions::validate`]).
     #[error("tuning options: {0}")]
     Options(String),
@@ -591,6 +594,18 @@ impl<'a> Tuner<'a> {
         let t = Instant::now();
         let results = self.measure(task, &batch);
         rs.phases.measure_s += t.elapsed().as_secs_f64();
+        // Where the measurer itself failed for every candidate (no process could be started,
+        // no descriptor opened, no reference computed), the environment is broken, not the
+        // programs: stop, storing nothing of the batch, rather than file the whole budget as
+        // failed programs.
+        let internal = |r: &MeasureResult| match r {
+            Err(e) if e.kind == MeasureErrorKind::Internal => Some(e.message.clone()),
+            _ => None,
+        };
+        if !results.is_empty() && results.iter().all(|r| internal(r).is_some()) {
+            let why = results.iter().find_map(internal).unwrap_or_default();
+            return Err(TuneError::Measurer(why));
+        }
         let t = Instant::now();
         let (errors, improved) = self.record(task, rs, &batch, &results)?;
         rs.phases.records_s += t.elapsed().as_secs_f64();
@@ -715,6 +730,12 @@ impl<'a> Tuner<'a> {
         let mut rows = Vec::with_capacity(batch.len());
         let (mut errors, mut improved) = (0, false);
         for (c, r) in batch.iter().zip(results) {
+            // The measurer's own failure says nothing of the program: not stored, and the
+            // program may be proposed again.
+            if matches!(r, Err(e) if e.kind == MeasureErrorKind::Internal) {
+                errors += 1;
+                continue;
+            }
             task.mark_measured(&c.state);
             rows.push(NewRecord::from(Measured {
                 workload: &workload,

@@ -35,8 +35,8 @@ impl SqliteStore {
         if !path.exists() {
             return Err(RecordsError::Missing { path });
         }
-        if path.is_dir() {
-            return Err(directory(&path));
+        if let Some(e) = not_a_file(&path) {
+            return Err(e);
         }
         let conn = connect_read_only(&path)?;
         let store = SqliteStore { conn, path };
@@ -51,10 +51,7 @@ impl SqliteStore {
                 found,
                 supported: SCHEMA_VERSION,
             }),
-            Kind::Empty => Err(RecordsError::Foreign {
-                path: store.path,
-                reason: "the file is empty".to_string(),
-            }),
+            Kind::Empty => Err(RecordsError::Empty { path: store.path }),
             Kind::Foreign(reason) => Err(RecordsError::Foreign {
                 path: store.path,
                 reason,
@@ -67,9 +64,10 @@ impl SqliteStore {
     /// the busy handler, where waiting could deadlock (two processes creating one file, each
     /// switching it to WAL or migrating it). Each attempt is a fresh connection.
     pub fn open(path: &Path, create: bool) -> Result<SqliteStore> {
-        // SQLite says only "disk I/O error" for a folder.
-        if path.is_dir() {
-            return Err(directory(path));
+        // SQLite says only "disk I/O error" for a folder, waits forever on a FIFO, and
+        // leaves a `-journal` file beside a device (in `/dev`, as root).
+        if let Some(e) = not_a_file(path) {
+            return Err(e);
         }
         let start = std::time::Instant::now();
         let mut pause = Duration::from_millis(2);
@@ -153,14 +151,21 @@ impl SqliteStore {
 }
 
 /// The error for a database path that is a folder (SQLite itself says "disk I/O error").
-fn directory(path: &Path) -> RecordsError {
-    RecordsError::Io {
+/// The error for a path that exists but is not a regular file (links followed): a
+/// directory, a device, a FIFO or a socket. `None` for a file or nothing at all.
+fn not_a_file(path: &Path) -> Option<RecordsError> {
+    let meta = std::fs::metadata(path).ok()?;
+    let (kind, what) = if meta.is_dir() {
+        (std::io::ErrorKind::IsADirectory, "a directory")
+    } else if meta.is_file() {
+        return None;
+    } else {
+        (std::io::ErrorKind::InvalidInput, "a device, pipe or socket")
+    };
+    Some(RecordsError::Io {
         path: path.to_path_buf(),
-        source: std::io::Error::new(
-            std::io::ErrorKind::IsADirectory,
-            "a directory, not a database file",
-        ),
-    }
+        source: std::io::Error::new(kind, format!("{what}, not a database file")),
+    })
 }
 
 /// [`Store::identity`] of the SQLite file at `path`, known without opening it: the file
@@ -344,7 +349,13 @@ fn connect_read_only(path: &Path) -> Result<Connection> {
     };
     let mut wal = path.as_os_str().to_os_string();
     wal.push("-wal");
-    if e.sqlite_error_code() != Some(rusqlite::ErrorCode::ReadOnly) || Path::new(&wal).exists() {
+    // A read-only folder (a read-only mount, say) answers "cannot open" where a read-only
+    // file answers "read-only": in both, SQLite cannot make the `-shm` file WAL mode wants.
+    let blocked = matches!(
+        e.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::ReadOnly | rusqlite::ErrorCode::CannotOpen)
+    );
+    if !blocked || Path::new(&wal).exists() {
         return Err(sqlite_error(path, e));
     }
     let uri = format!("file:{}?immutable=1", uri_path(path));
