@@ -2,6 +2,7 @@
 //! CPU [`crate::backend::Backend`] (see [`crate::backend::cpu`]).
 
 use crate::codegen::HostTarget;
+use crate::runtime::CacheFlush;
 use tensortune_schedules::target::{TargetKey, TargetKind};
 
 /// Where kernels run.
@@ -12,6 +13,9 @@ pub enum Target {
     Llvm {
         /// Worker threads (1: serial).
         threads: usize,
+        /// When tuning's measurements evict the kernel's buffers from the caches first
+        /// ([`Target::with_cache_flush`]). Not part of the key.
+        flush: CacheFlush,
     },
 }
 
@@ -20,6 +24,26 @@ impl Target {
     pub fn host(threads: usize) -> Target {
         Target::Llvm {
             threads: threads.max(1),
+            flush: CacheFlush::default(),
+        }
+    }
+
+    /// This target with tuning's measurements evicting the kernel's buffers from the caches
+    /// as `flush` says. [`CacheFlush::PastLastLevel`] (the default) measures a kernel as it
+    /// runs in a loop of its own; [`CacheFlush::Always`] as it runs inside a network, where
+    /// the layers between two runs of it have pushed its weights out of the caches (what
+    /// `tune-model` uses: a layer whose weights are megabytes is then tuned for reading them
+    /// from memory).
+    pub fn with_cache_flush(self, flush: CacheFlush) -> Target {
+        match self {
+            Target::Llvm { threads, .. } => Target::Llvm { threads, flush },
+        }
+    }
+
+    /// See [`Target::with_cache_flush`].
+    pub fn cache_flush(&self) -> CacheFlush {
+        match self {
+            Target::Llvm { flush, .. } => *flush,
         }
     }
 
@@ -55,14 +79,14 @@ impl Target {
     /// [`Target::key`], parsed.
     pub fn target_key(&self) -> TargetKey {
         match self {
-            Target::Llvm { threads } => HostTarget::host().target_key(*threads),
+            Target::Llvm { threads, .. } => HostTarget::host().target_key(*threads),
         }
     }
 
     /// Threads for parallel loops.
     pub fn threads(&self) -> usize {
         match self {
-            Target::Llvm { threads } => *threads,
+            Target::Llvm { threads, .. } => *threads,
         }
     }
 }
@@ -91,5 +115,26 @@ mod tests {
             Target::parse("cu\nda", 1).unwrap_err().to_string(),
             "unknown target `cu\\nda`: expected `llvm`, `llvm -threads=N`, or this CPU's full key"
         );
+    }
+
+    /// The flush mode reaches tuning's and the final re-measurement's options, and is not
+    /// part of the key records are filed under.
+    #[test]
+    fn the_cache_flush_is_a_measurement_setting_not_a_key() {
+        use crate::backend::Purpose;
+        let warm = Target::host(1);
+        let cold = Target::host(1).with_cache_flush(CacheFlush::Always);
+        assert_eq!(warm.cache_flush(), CacheFlush::PastLastLevel);
+        for purpose in [Purpose::Tuning, Purpose::Final] {
+            assert_eq!(
+                cold.measure_options(purpose, 0).flush_cache,
+                CacheFlush::Always
+            );
+            assert_eq!(
+                warm.measure_options(purpose, 0).flush_cache,
+                CacheFlush::PastLastLevel
+            );
+        }
+        assert_eq!(warm.key(), cold.key());
     }
 }

@@ -1,7 +1,11 @@
-//! Index ranges of tensor expressions: every load of a [`ComputeDag`](crate::ComputeDag) must
-//! stay inside the tensor it reads, for every value of the axes, or the compiled program would
-//! read memory it does not own. The code generators trust this; [`check_loads`] proves it when
-//! the DAG is built, so that no safe API can hand them an op that reads out of bounds.
+//! Index ranges: every load of a [`ComputeDag`](crate::ComputeDag) must stay inside the tensor
+//! it reads, for every value of the axes, and every access of a loop-IR function inside its
+//! buffer, or the compiled program would read or write memory it does not own. The code
+//! generators trust this. `check_loads` proves it for a DAG's ops when the DAG is built, so
+//! that lowering (which derives every index from the ops and the loops it makes) only ever
+//! produces in-bounds functions; [`check_func`] proves it for a loop-IR function that lowering
+//! did not make (built by hand, deserialized, or changed after lowering), before the CPU code
+//! generator compiles it.
 //!
 //! The proof is interval arithmetic over the axes' ranges, with what a `Select`'s condition
 //! says about the branch it guards (a padded read `cond ? X[y - p] : 0` is only evaluated

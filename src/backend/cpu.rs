@@ -32,6 +32,7 @@ impl Target {
         let tuning = MeasureOptions {
             threads: self.threads(),
             seed,
+            flush_cache: self.cache_flush(),
             ..tuning_measure_options()
         };
         match purpose {

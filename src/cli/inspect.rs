@@ -84,11 +84,32 @@ pub fn show(args: &ShowArgs, out: &mut dyn Write) -> Result<(), CliError> {
     let (headline, trace, func) = match &args.db {
         Some(path) => {
             let db = Database::open_read_only(path)?;
-            let Some(r) = db.best(&key, &target)? else {
+            // The fastest record that still replays, as `run` and `codegen` take it: one
+            // from an older version that no longer does is skipped (said once, with the
+            // first reason; where none replays the error says it instead).
+            let mut shown = None;
+            let mut skipped: Vec<(i64, CliError)> = Vec::new();
+            for r in db.best_k(&key, &target, usize::MAX)? {
+                match replay_and_lower(&dag, &r.trace_json) {
+                    Ok(tf) => {
+                        shown = Some((r, tf));
+                        break;
+                    }
+                    Err(e) => skipped.push((r.id.0, e)),
+                }
+            }
+            let first_skip = skipped.first().map(|(id, e)| {
+                format!(
+                    "{} faster record(s) do not replay (record {id}: {e})",
+                    skipped.len()
+                )
+            });
+            let Some((r, (trace, func))) = shown else {
                 let have = db.targets_of(&key)?;
                 return Err(CliError::Usage(format!(
-                    "{}: no successful record of {key} for target `{target}`{}",
+                    "{}: no successful record of {key} for target `{target}` that replays{}{}",
                     path.display(),
+                    first_skip.map_or(String::new(), |s| format!(": {s}")),
                     if have.is_empty() {
                         String::new()
                     } else {
@@ -96,7 +117,9 @@ pub fn show(args: &ShowArgs, out: &mut dyn Write) -> Result<(), CliError> {
                     }
                 )));
             };
-            let (trace, func) = replay_and_lower(&dag, &r.trace_json)?;
+            if let Some(s) = first_skip {
+                log::warn!("{s}");
+            }
             let t = r.outcome.timing().map(|t| t.median_s).unwrap_or(f64::NAN);
             let headline = format!(
                 "{}, {:.1} GFLOP/s",

@@ -48,6 +48,14 @@ pub struct TuneModelArgs {
     /// batch on the smallest bucket that holds it).
     #[arg(long, value_name = "B1,B2,...")]
     pub buckets: Option<String>,
+    /// When each measurement first evicts the kernel's buffers from the CPU caches:
+    /// `past-llc` (when together they are larger than the last-level cache), `always`
+    /// (inside a network the other layers push a layer's weights out of the caches between
+    /// two of its runs: a layer whose weights are megabytes is then tuned for reading them
+    /// from memory, but its activations, which the layer before leaves in the caches, are
+    /// evicted too) or `never`.
+    #[arg(long, default_value = "past-llc", value_parser = ["never", "past-llc", "always"])]
+    pub flush_cache: String,
     /// No progress on stderr.
     #[arg(long)]
     pub quiet: bool,
@@ -180,7 +188,9 @@ pub fn tune_model(args: &TuneModelArgs, out: &mut dyn Write) -> Result<(), CliEr
         ..TuneOptions::default()
     };
     let refs: Vec<&Plan> = plans.iter().map(|(_, p)| p).collect();
-    let reports = model::tune_plans(&refs, &Target::host(threads), &opts).map_err(|e| match e {
+    let flush = crate::runtime::CacheFlush::parse(&args.flush_cache).unwrap_or_default();
+    let target = Target::host(threads).with_cache_flush(flush);
+    let reports = model::tune_plans(&refs, &target, &opts).map_err(|e| match e {
         crate::tune::TuneError::Records(r) if r.is_user_error() => CliError::Usage(r.to_string()),
         crate::tune::TuneError::Tuner(tensortune_tuner::tuning::TuneError::Records(r))
             if r.is_user_error() =>

@@ -58,6 +58,13 @@ pub struct TuneArgs {
     /// Threads for parallel loops (1: serial kernels; 0: every core).
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
+    /// When each measurement first evicts the kernel's buffers from the CPU caches:
+    /// `past-llc` (when together they are larger than the last-level cache: the kernel as it
+    /// runs in a loop of its own), `always` (as a weight-heavy layer runs inside a network,
+    /// its weights read from memory) or `never`. Not part of the target key: keep records
+    /// measured one way in a database of their own.
+    #[arg(long, default_value = "past-llc", value_parser = ["never", "past-llc", "always"])]
+    pub flush_cache: String,
     /// Stop after this many seconds.
     #[arg(long, value_name = "SECS")]
     pub time_budget: Option<f64>,
@@ -257,7 +264,8 @@ pub(super) fn tune_tasks(
             tune_on(args, tasks, &opts, &backend, out)
         }
         None => {
-            let target = super::parse_cpu_target(&args.target, threads)?;
+            let flush = crate::runtime::CacheFlush::parse(&args.flush_cache).unwrap_or_default();
+            let target = super::parse_cpu_target(&args.target, threads)?.with_cache_flush(flush);
             tune_on(args, tasks, &opts, &target, out)
         }
     }
