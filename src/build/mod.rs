@@ -58,6 +58,7 @@ mod rt_tests;
 pub use archive::{write as write_archive, Member};
 #[cfg(feature = "tuning")]
 pub(crate) use choose::choose_named;
+#[cfg(feature = "tuning")]
 pub(crate) use choose::gpu_only;
 pub use choose::{
     choose, choose_dag, default_choice_dag, default_choice_threads, default_cpu_state, Choice,
